@@ -1,0 +1,165 @@
+//! The engine-neutral interface between hako's ABI host and an execution engine.
+//!
+//! An engine compiles a WebAssembly module, serializes and loads artifacts, and runs a
+//! module's `_start` once per call, routing **every** import through [`Host::call`]: the
+//! host sees each import as an [`Import`] with its arguments as raw 64-bit values and the
+//! guest's linear memory as one byte slice. The WASI preview 1 layer, the sandbox, the
+//! `subako_http` broker and the call contract live in the host and never see an engine type.
+//!
+//! This crate names no engine and owns no policy: it does not decide what a crash is, it only
+//! reports how a run ended ([`RunExit`]).
+//!
+//! ```
+//! use hako_engine_api::{Import, ValType};
+//! let write = Import::lookup("wasi_snapshot_preview1", "fd_write").unwrap();
+//! assert_eq!(write.params(), &[ValType::I32; 4]);
+//! assert_eq!(write.results(), &[ValType::I32]);
+//! ```
+#![deny(unsafe_code)]
+
+mod imports;
+
+use std::sync::Arc;
+
+pub use imports::{Import, ValType, HTTP_MODULE, WASI_MODULE};
+
+/// Why a host call stops the guest instead of returning to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// The guest called `proc_exit` with this status.
+    Exit(u32),
+    /// The host decided the run is over (a crash it detected, a deadline, a limit). The host
+    /// remembers why; the engine only unwinds the guest.
+    Abort,
+}
+
+/// The ABI host as an engine sees it: one method every import goes through.
+pub trait Host: Send {
+    /// Runs `import` with `args` (each `i32` zero-extended from `u32`, each `i64` as is) over
+    /// the guest's whole linear `memory`. Returns the import's single `i32` result (ignored
+    /// for imports without a result), or a [`Stop`] that ends the run.
+    fn call(&mut self, import: Import, args: &[u64], memory: &mut [u8]) -> Result<i32, Stop>;
+}
+
+/// Wakes a guest that runs too long. Cheap to clone and safe to call from any thread, any
+/// number of times, before, during or after the run.
+pub trait Interrupt: Send + Sync {
+    /// Asks the engine to stop the guest at the next opportunity. A guest blocked in a host
+    /// call is not woken by this: the host must make that call return.
+    fn interrupt(&self);
+}
+
+/// Told when a run begins, so that a deadline can reach it.
+pub trait Watchdog {
+    /// Called once per run, before any guest code (including a start function) executes.
+    fn arm(&self, interrupt: Arc<dyn Interrupt>);
+}
+
+/// Limits an engine enforces itself while it runs a module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimits {
+    /// The most linear memory the guest may have, in bytes (a multiple of 64 KiB).
+    pub max_memory_bytes: u64,
+}
+
+/// How a run ended, as far as the engine can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunExit {
+    /// `_start` returned.
+    Returned,
+    /// The guest called `proc_exit`.
+    Exited(u32),
+    /// A host call answered [`Stop::Abort`].
+    Aborted,
+    /// The guest trapped (after instantiation, or in its start function).
+    Trap(String),
+    /// The guest asked for more memory than its cap allowed, then failed (a trap after a refused
+    /// `memory.grow`, or an initial memory above the cap).
+    OutOfMemory(String),
+    /// An [`Interrupt`] stopped the guest.
+    Interrupted,
+    /// The module could not be instantiated for a reason that is no guest behaviour (for
+    /// example a missing export); the message names it.
+    Instantiate(String),
+}
+
+/// The result of one run: how it ended, the host handed back, and what the run used.
+pub struct RunResult {
+    pub exit: RunExit,
+    pub host: Box<dyn Host>,
+    /// The guest's linear memory at the end, in bytes.
+    pub memory_bytes: u64,
+}
+
+/// What identifies compiled code: an artifact made under one identity is only ever loaded by
+/// an engine of the same identity.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EngineIdentity {
+    /// The engine, e.g. `wasmer`.
+    pub engine: &'static str,
+    /// The engine's exact version.
+    pub version: &'static str,
+    /// The compiler, e.g. `cranelift`.
+    pub compiler: String,
+    /// The target triple code is compiled for.
+    pub triple: String,
+    /// The CPU features code may use, sorted and comma-separated.
+    pub cpu_features: String,
+}
+
+impl EngineIdentity {
+    /// A single line naming every part, used in artifact headers and messages.
+    pub fn to_line(&self) -> String {
+        format!(
+            "{} {} {} {} {}",
+            self.engine, self.version, self.compiler, self.triple, self.cpu_features
+        )
+    }
+}
+
+/// An engine failure that is not a guest's behaviour.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("compiling with {compiler}: {message}")]
+    Compile { compiler: String, message: String },
+    #[error("serializing the compiled module: {0}")]
+    Serialize(String),
+    #[error("loading an artifact: {0}")]
+    Deserialize(String),
+    #[error("this engine compiles for {triple} and cannot run its code here")]
+    ForeignTarget { triple: String },
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// A compiled module, ready to run any number of times, from any thread.
+pub trait Module: Send + Sync {
+    /// The artifact bytes that [`Engine::deserialize`] turns back into this module.
+    fn serialize(&self) -> Result<Vec<u8>, EngineError>;
+
+    /// Instantiates the module with every import routed to `host`, runs `_start` once, and
+    /// reports how it ended. Never panics on a guest's behaviour.
+    fn run(&self, host: Box<dyn Host>, limits: RunLimits, watchdog: &dyn Watchdog) -> RunResult;
+}
+
+/// An execution engine with one compiler for one target.
+pub trait Engine: Send + Sync {
+    /// What code from this engine is, for artifact keys and headers.
+    fn identity(&self) -> &EngineIdentity;
+
+    /// Whether this engine can run its own code on this machine (false for a cross-compiling
+    /// engine).
+    fn runs_here(&self) -> bool;
+
+    /// Compiles a validated module.
+    fn compile(&self, wasm: &[u8]) -> Result<Arc<dyn Module>, EngineError>;
+
+    /// Loads an artifact from bytes.
+    ///
+    /// # Safety
+    /// `bytes` must be exactly what [`Module::serialize`] produced on an engine with this
+    /// [`EngineIdentity`]; the bytes are native code and are not checked. Callers verify a
+    /// checksum and a header first.
+    #[allow(unsafe_code)] // the contract is on the caller; this crate runs nothing
+    unsafe fn deserialize(&self, bytes: &[u8]) -> Result<Arc<dyn Module>, EngineError>;
+}

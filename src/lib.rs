@@ -1,0 +1,20 @@
+//! hako: a host for Subako ABI 1 function packages — WebAssembly (WASI preview 1) modules
+//! that are MCP servers over stdio — on wasmer.
+//!
+//! The data's way through the crate: [`package`] reads and checks a package, [`store`] keeps
+//! it with its precompiled artifacts, [`call`] runs one instance per call inside the
+//! [`sandbox`] (WASI preview 1) with [`http`] (the `subako_http` imports), speaking the line
+//! codec of [`protocol`]; [`cli`] drives it all from the command line. No module here names an
+//! engine type: engines sit behind [`hako_engine_api`].
+
+pub mod call;
+pub mod cli;
+pub mod engines;
+pub mod http;
+pub mod package;
+pub mod protocol;
+pub mod sandbox;
+pub mod store;
+
+/// hako's version, as sent in `clientInfo`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
