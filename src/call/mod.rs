@@ -1,1 +1,136 @@
-//! (being written)
+//! One call of a tool: a fresh instance, the single `tools/call` request already waiting on
+//! stdin, one answer, stdin closed, exit 0 within a second — then the CallToolResult turned
+//! into what the model is shown, `volume:///` links read after the guest has exited.
+//!
+//! `call` owns the call contract; it does not load modules (that is `store`), implement WASI
+//! (that is `sandbox`) or parse lines (that is `protocol`).
+
+mod deadline;
+mod discover;
+mod outcome;
+mod runner;
+mod session;
+
+use std::sync::Arc;
+
+use hako_engine_api::Module;
+use simd_json::BorrowedValue;
+
+pub use discover::{discover, Discovery, DiscoveryError};
+pub use outcome::{CallOutcome, CallStats, Crash, CrashKind};
+pub use runner::{Limits, Mounts, Network, RunError, VolumeTmp};
+pub use session::{STDERR_TAIL, STDOUT_LIMIT};
+
+use crate::protocol::{self, CallResult, RequestId, ResultError, ShownBlock};
+use session::{Conversation, Next};
+
+/// The one request of a tool call, and its answer once given.
+struct ToolCall {
+    tool: String,
+    arguments: serde_json::Value,
+    result: Option<CallResult>,
+}
+
+impl Conversation for ToolCall {
+    fn first(&mut self) -> (RequestId, Vec<u8>) {
+        let id = RequestId::fresh("call");
+        let line = protocol::tools_call_line(&id, &self.tool, &self.arguments);
+        (id, line)
+    }
+
+    fn answered(&mut self, result: &BorrowedValue<'_>) -> Result<Next, Crash> {
+        match protocol::call_result(result) {
+            Ok(result) => {
+                self.result = Some(result);
+                Ok(Next::Done)
+            }
+            Err(ResultError::BadResultType(message)) => {
+                Err(Crash::new(CrashKind::BadResultType, message))
+            }
+            // The answer is a JSON-RPC result, but not a CallToolResult: its result is of the
+            // wrong type, which is what `bad_result_type` tells the operator.
+            Err(ResultError::Invalid(message)) => Err(Crash::new(
+                CrashKind::BadResultType,
+                format!("the result is not a CallToolResult: {message}"),
+            )),
+        }
+    }
+}
+
+/// A tool call to make.
+pub struct ToolRequest<'a> {
+    /// The name the guest sees as `argv[0]`.
+    pub program: &'a str,
+    pub tool: &'a str,
+    /// The arguments, a JSON object.
+    pub arguments: serde_json::Value,
+    pub limits: Limits,
+    pub mounts: Mounts,
+    pub network: Network,
+}
+
+/// Calls a tool on a loaded module; `stats` comes back filled in with the run's figures.
+pub fn call_tool(
+    module: &Arc<dyn Module>,
+    request: ToolRequest<'_>,
+    mut stats: CallStats,
+) -> Result<CallOutcome, RunError> {
+    let conversation = ToolCall {
+        tool: request.tool.to_string(),
+        arguments: request.arguments,
+        result: None,
+    };
+    let ran = runner::run(
+        module,
+        request.program,
+        request.limits,
+        &request.mounts,
+        &request.network,
+        conversation,
+    )?;
+    stats.run_us = ran.run_us;
+    stats.memory_bytes = ran.memory_bytes;
+    stats.stdout_bytes = ran.session.stdout_bytes();
+    stats.stderr_bytes = ran.session.stderr_bytes();
+    let stderr = ran.session.stderr_tail();
+    if let Some(crash) = ran.crash.clone() {
+        return Ok(CallOutcome::Crashed {
+            crash,
+            stderr,
+            stats,
+        });
+    }
+    let mut result = take_result(&ran);
+    for block in &mut result.content {
+        if let ShownBlock::VolumeLink { path, .. } = block {
+            *block = read_link(&ran, path);
+        }
+    }
+    Ok(CallOutcome::Answered {
+        result,
+        stderr,
+        stats,
+    })
+}
+
+fn take_result(ran: &runner::Ran<ToolCall>) -> CallResult {
+    // The runner reports no crash only when the conversation is done, and a ToolCall is done
+    // only once it holds a result.
+    ran.session
+        .conversation()
+        .result
+        .clone()
+        .expect("a finished tool call holds its result")
+}
+
+/// Reads a `volume:///` link after the guest exited: `path` is the decoded path under
+/// `/volume`, such as `tmp/chart.png`.
+fn read_link(ran: &runner::Ran<ToolCall>, path: &str) -> ShownBlock {
+    let (first, rest) = path.split_once('/').unwrap_or((path, ""));
+    match runner::volume_root(ran, first) {
+        Some(root) if !rest.is_empty() => protocol::read_volume_link(&root, rest),
+        _ => ShownBlock::Omitted {
+            text: format!("volume:///{path} was left out: no such file in this call's volume"),
+        },
+    }
+}

@@ -1,1 +1,272 @@
-//! (being written)
+//! The package store: uploaded packages with what discovery answered, and their precompiled
+//! artifacts, under one folder (`./.hako` unless `--store` or `HAKO_STORE` says otherwise).
+//!
+//! ```text
+//! <store>/packages/<name>/current                 the version the package offers now
+//! <store>/packages/<name>/<version>/               subako-package.json, module.wasm, assets/,
+//!                                                  tools.json (discovery), upload.json
+//! <store>/artifacts/<compiler>-<digest>.artifact   see `artifact`
+//! ```
+//!
+//! A stored version is immutable: uploading the same version with the same module again is a
+//! no-op, uploading it with another module is refused (bump the version), and a new version
+//! replaces what the package offers. The store does not check or run packages; `upload` in
+//! the CLI strings check, compile, discovery and store together.
+
+pub mod artifact;
+mod modules;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+pub use artifact::{ArtifactCache, ArtifactError, ArtifactKey};
+pub use modules::ModuleCache;
+
+use crate::package::tools::Tool;
+use crate::package::Package;
+
+/// The SHA-256 of `bytes`, as lower-case hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// The store folder to use when none is given: `HAKO_STORE`, else `./.hako`.
+pub fn default_root() -> PathBuf {
+    std::env::var_os("HAKO_STORE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(".hako"))
+}
+
+/// A store failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no package named {0:?} in the store")]
+    UnknownPackage(String),
+    #[error(
+        "{name} {version} is already stored with another module; a stored version never \
+         changes, so upload it as a new version"
+    )]
+    VersionChanged { name: String, version: String },
+    #[error("the stored record {path} is malformed: {reason}")]
+    Malformed { path: PathBuf, reason: String },
+}
+
+fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// What an upload recorded about a version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadRecord {
+    pub name: String,
+    pub version: String,
+    pub description: Option<String>,
+    pub module_sha256: String,
+    pub uses_simd: bool,
+    /// The compilers artifacts were made with (for this machine's target).
+    pub compilers: Vec<String>,
+}
+
+/// A stored version of a package.
+#[derive(Debug, Clone)]
+pub struct StoredPackage {
+    pub dir: PathBuf,
+    pub record: UploadRecord,
+    pub tools: Vec<Tool>,
+}
+
+impl StoredPackage {
+    /// The module's bytes.
+    pub fn wasm(&self) -> Result<Vec<u8>, StoreError> {
+        let path = self.dir.join("module.wasm");
+        fs::read(&path).map_err(io("reading", &path))
+    }
+
+    /// The assets folder, mounted as `/package`, when the package has one.
+    pub fn assets(&self) -> Option<PathBuf> {
+        let assets = self.dir.join("assets");
+        assets.is_dir().then_some(assets)
+    }
+}
+
+/// The store at one folder.
+#[derive(Debug, Clone)]
+pub struct Store {
+    root: PathBuf,
+    artifacts: ArtifactCache,
+}
+
+/// What [`Store::put`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutResult {
+    /// The version was new and is now what the package offers.
+    Stored,
+    /// The same version with the same module was already stored; it is what the package offers.
+    Unchanged,
+}
+
+impl Store {
+    /// Opens (and creates) the store at `root`.
+    ///
+    /// The artifact cache beneath it is loaded as native code, so `root` must be a folder only
+    /// hako writes: that is the operator's contract with `hako`, stated in the README.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
+        let root = root.into();
+        let artifacts_dir = root.join("artifacts");
+        // SAFETY: the store folder is hako's own by the operator's contract above; artifacts
+        // are further verified by header and checksum before every load.
+        #[allow(unsafe_code)]
+        let artifacts = unsafe { ArtifactCache::open_trusted(&artifacts_dir) }
+            .map_err(io("creating", &artifacts_dir))?;
+        Ok(Self { root, artifacts })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn artifacts(&self) -> &ArtifactCache {
+        &self.artifacts
+    }
+
+    fn package_dir(&self, name: &str) -> PathBuf {
+        self.root.join("packages").join(name)
+    }
+
+    /// The version `name` offers now.
+    pub fn get(&self, name: &str) -> Result<StoredPackage, StoreError> {
+        let dir = self.package_dir(name);
+        let current = dir.join("current");
+        let version = match fs::read_to_string(&current) {
+            Ok(version) => version.trim().to_string(),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::UnknownPackage(name.to_string()))
+            }
+            Err(source) => return Err(io("reading", &current)(source)),
+        };
+        self.version(name, &version)
+    }
+
+    fn version(&self, name: &str, version: &str) -> Result<StoredPackage, StoreError> {
+        let dir = self.package_dir(name).join(version);
+        let record: UploadRecord = read_json(&dir.join("upload.json"))?;
+        let tools: Vec<Tool> = read_json(&dir.join("tools.json"))?;
+        Ok(StoredPackage { dir, record, tools })
+    }
+
+    /// The names of every stored package, sorted.
+    pub fn list(&self) -> Result<Vec<String>, StoreError> {
+        let dir = self.root.join("packages");
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(io("listing", &dir)(source)),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io("listing", &dir))?;
+            if entry.path().join("current").is_file() {
+                names.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Stores a checked and discovered package version and makes it what the package offers.
+    pub fn put(
+        &self,
+        package: &Package,
+        tools: &[Tool],
+        compilers: &[String],
+    ) -> Result<PutResult, StoreError> {
+        let name = &package.manifest.name;
+        let version = &package.manifest.version;
+        let package_dir = self.package_dir(name);
+        let final_dir = package_dir.join(version);
+        let record = UploadRecord {
+            name: name.clone(),
+            version: version.clone(),
+            description: package.manifest.description.clone(),
+            module_sha256: package.module_sha256.clone(),
+            uses_simd: package.uses_simd,
+            compilers: compilers.to_vec(),
+        };
+        let result = if final_dir.exists() {
+            let stored = self.version(name, version)?;
+            if stored.record.module_sha256 != package.module_sha256 {
+                return Err(StoreError::VersionChanged {
+                    name: name.clone(),
+                    version: version.clone(),
+                });
+            }
+            PutResult::Unchanged
+        } else {
+            fs::create_dir_all(&package_dir).map_err(io("creating", &package_dir))?;
+            let staging = tempfile::Builder::new()
+                .prefix(".staging-")
+                .tempdir_in(&package_dir)
+                .map_err(io("creating a folder in", &package_dir))?;
+            let dir = staging.path();
+            fs::copy(package.root.join("subako-package.json"), dir.join("subako-package.json"))
+                .map_err(io("copying the manifest to", dir))?;
+            fs::write(dir.join("module.wasm"), &package.wasm).map_err(io("writing", dir))?;
+            if let Some(assets) = &package.assets {
+                copy_tree(assets, &dir.join("assets"))?;
+            }
+            write_json(&dir.join("tools.json"), &tools)?;
+            write_json(&dir.join("upload.json"), &record)?;
+            let staged = staging.keep();
+            fs::rename(&staged, &final_dir).map_err(io("moving into place", &final_dir))?;
+            PutResult::Stored
+        };
+        artifact::write_atomically(&package_dir.join("current"), version.as_bytes())
+            .map_err(io("writing", &package_dir))?;
+        Ok(result)
+    }
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, StoreError> {
+    let bytes = fs::read(path).map_err(io("reading", path))?;
+    serde_json::from_slice(&bytes).map_err(|err| StoreError::Malformed {
+        path: path.to_path_buf(),
+        reason: err.to_string(),
+    })
+}
+
+fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), StoreError> {
+    let bytes = serde_json::to_vec_pretty(value).expect("store records always serialize");
+    fs::write(path, bytes).map_err(io("writing", path))
+}
+
+/// Copies a checked assets folder (regular files and folders only; the package check refuses
+/// anything else).
+fn copy_tree(from: &Path, to: &Path) -> Result<(), StoreError> {
+    fs::create_dir_all(to).map_err(io("creating", to))?;
+    for entry in fs::read_dir(from).map_err(io("listing", from))? {
+        let entry = entry.map_err(io("listing", from))?;
+        let source = entry.path();
+        let target = to.join(entry.file_name());
+        let kind = entry.file_type().map_err(io("inspecting", &source))?;
+        if kind.is_dir() {
+            copy_tree(&source, &target)?;
+        } else if kind.is_file() {
+            fs::copy(&source, &target).map_err(io("copying", &source))?;
+        }
+    }
+    Ok(())
+}

@@ -39,6 +39,9 @@ pub trait Host: Send {
     /// the guest's whole linear `memory`. Returns the import's single `i32` result (ignored
     /// for imports without a result), or a [`Stop`] that ends the run.
     fn call(&mut self, import: Import, args: &[u64], memory: &mut [u8]) -> Result<i32, Stop>;
+
+    /// The host as `Any`, so that its owner can take its concrete state back after a run.
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send>;
 }
 
 /// Wakes a guest that runs too long. Cheap to clone and safe to call from any thread, any

@@ -1,1 +1,365 @@
-//! x
+//! hako's wasmer engine: the [`hako_engine_api::Engine`] trait on wasmer 7.4, with the
+//! singlepass and cranelift compilers (cargo features), exactly the WebAssembly 2.0 feature
+//! set, a memory cap through tunables, host interrupts for deadlines, and artifacts that can
+//! be made for another target.
+//!
+//! What this crate does not do: decide whether an artifact may be loaded (the store verifies
+//! checksums and headers first), decide what a crash is, or implement any import.
+//!
+//! ```no_run
+//! use hako_engine_wasmer::{Compiler, WasmerEngine};
+//! use hako_engine_api::Engine;
+//! let engine = WasmerEngine::new(Compiler::Cranelift, None).unwrap();
+//! let module = engine.compile(&std::fs::read("module.wasm").unwrap()).unwrap();
+//! # let _ = module;
+//! ```
+
+mod link;
+mod memory;
+
+use std::collections::BTreeSet;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use hako_engine_api::{
+    Engine, EngineError, EngineIdentity, Host, Import, Interrupt, Module, RunExit, RunLimits,
+    RunResult, Stop, Watchdog,
+};
+use wasmer::sys::{CpuFeature, EngineBuilder, Features, NativeEngineExt, Target, Triple};
+use wasmer::{Exports, FunctionEnv, Imports, Instance, InstantiationError, Store, TypedFunction};
+
+use link::{HostEnv, HostStop};
+use memory::{CapScope, CappedTunables};
+
+/// The wasmer version this engine is built on, part of every artifact's identity.
+pub const WASMER_VERSION: &str = "7.4.2";
+
+/// The compilers this build offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Compiler {
+    Singlepass,
+    Cranelift,
+}
+
+impl Compiler {
+    /// The compiler's name on the command line and in artifact keys.
+    pub fn name(self) -> &'static str {
+        match self {
+            Compiler::Singlepass => "singlepass",
+            Compiler::Cranelift => "cranelift",
+        }
+    }
+
+    /// Whether this build includes the compiler.
+    pub fn available(self) -> bool {
+        match self {
+            Compiler::Singlepass => cfg!(feature = "singlepass"),
+            Compiler::Cranelift => cfg!(feature = "cranelift"),
+        }
+    }
+
+    /// Whether the compiler can compile modules that use SIMD128 (singlepass cannot).
+    pub fn supports_simd(self) -> bool {
+        matches!(self, Compiler::Cranelift)
+    }
+}
+
+impl FromStr for Compiler {
+    type Err = EngineError;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        match name {
+            "singlepass" => Ok(Compiler::Singlepass),
+            "cranelift" => Ok(Compiler::Cranelift),
+            other => Err(EngineError::Unsupported(format!(
+                "unknown compiler {other:?}: this build offers singlepass and cranelift"
+            ))),
+        }
+    }
+}
+
+/// Exactly the WebAssembly 2.0 feature set of ABI 1. wasmer's defaults enable threads,
+/// multi-memory and extended-const, so this starts from nothing. Sign extension and
+/// non-trapping float-to-int have no switch: wasmer always accepts them.
+fn abi_features() -> Features {
+    let mut features = Features::none();
+    features
+        .bulk_memory(true)
+        .reference_types(true)
+        .multi_value(true)
+        .simd(true);
+    features
+}
+
+/// The CPU features code for `triple` may assume when the machine that runs it is unknown: the
+/// x86-64-v2 baseline on x86-64 (cranelift needs SSE2, singlepass SSE4.2), nothing extra
+/// elsewhere.
+fn baseline_target(triple: Triple) -> Target {
+    let mut set = CpuFeature::set();
+    if triple.architecture == wasmer::sys::Architecture::X86_64 {
+        for feature in [
+            CpuFeature::SSE2,
+            CpuFeature::SSE3,
+            CpuFeature::SSSE3,
+            CpuFeature::SSE41,
+            CpuFeature::SSE42,
+            CpuFeature::POPCNT,
+        ] {
+            set.insert(feature);
+        }
+    }
+    Target::new(triple, set)
+}
+
+/// A wasmer engine with one compiler for one target.
+pub struct WasmerEngine {
+    engine: wasmer::Engine,
+    identity: EngineIdentity,
+    runs_here: bool,
+}
+
+impl WasmerEngine {
+    /// An engine compiling with `compiler` for `target` (a triple such as
+    /// `aarch64-unknown-linux-gnu`), or for this machine when `target` is `None`.
+    pub fn new(compiler: Compiler, target: Option<&str>) -> Result<Self, EngineError> {
+        if !compiler.available() {
+            return Err(EngineError::Unsupported(format!(
+                "this build of hako was made without the {} compiler",
+                compiler.name()
+            )));
+        }
+        let host = Target::default();
+        let target = match target {
+            None => host.clone(),
+            Some(triple) => {
+                let triple = Triple::from_str(triple).map_err(|err| {
+                    EngineError::Unsupported(format!("unknown target triple {triple:?}: {err}"))
+                })?;
+                if triple == *host.triple() {
+                    host.clone()
+                } else {
+                    baseline_target(triple)
+                }
+            }
+        };
+        let runs_here = target.triple() == host.triple();
+        let builder = match compiler {
+            #[cfg(feature = "singlepass")]
+            Compiler::Singlepass => EngineBuilder::new(wasmer::sys::Singlepass::new()),
+            #[cfg(feature = "cranelift")]
+            Compiler::Cranelift => EngineBuilder::new(wasmer::sys::Cranelift::new()),
+            #[allow(unreachable_patterns)]
+            _ => unreachable!("available() was checked above"),
+        };
+        let mut engine: wasmer::Engine = builder
+            .set_features(Some(abi_features()))
+            .set_target(Some(target.clone()))
+            .engine()
+            .into();
+        engine.set_tunables(CappedTunables::default());
+        let cpu_features: BTreeSet<String> = target
+            .cpu_features()
+            .iter()
+            .map(|feature| feature.to_string())
+            .collect();
+        let identity = EngineIdentity {
+            engine: "wasmer",
+            version: WASMER_VERSION,
+            compiler: compiler.name().to_string(),
+            triple: target.triple().to_string(),
+            cpu_features: cpu_features.into_iter().collect::<Vec<_>>().join(","),
+        };
+        Ok(Self {
+            engine,
+            identity,
+            runs_here,
+        })
+    }
+}
+
+impl Engine for WasmerEngine {
+    fn identity(&self) -> &EngineIdentity {
+        &self.identity
+    }
+
+    fn runs_here(&self) -> bool {
+        self.runs_here
+    }
+
+    fn compile(&self, wasm: &[u8]) -> Result<Arc<dyn Module>, EngineError> {
+        let module =
+            wasmer::Module::new(&self.engine, wasm).map_err(|err| EngineError::Compile {
+                compiler: self.identity.compiler.clone(),
+                message: err.to_string(),
+            })?;
+        Ok(Arc::new(WasmerModule {
+            engine: self.engine.clone(),
+            module,
+            runs_here: self.runs_here,
+            triple: self.identity.triple.clone(),
+        }))
+    }
+
+    #[allow(unsafe_code)]
+    unsafe fn deserialize(&self, bytes: &[u8]) -> Result<Arc<dyn Module>, EngineError> {
+        if !self.runs_here {
+            return Err(EngineError::ForeignTarget {
+                triple: self.identity.triple.clone(),
+            });
+        }
+        // SAFETY: the caller guarantees `bytes` is an artifact this engine's identity produced
+        // (the trait's contract); wasmer 7.4 checks nothing itself.
+        let module = unsafe { wasmer::Module::deserialize(&self.engine, bytes.to_vec()) }
+            .map_err(|err| EngineError::Deserialize(err.to_string()))?;
+        Ok(Arc::new(WasmerModule {
+            engine: self.engine.clone(),
+            module,
+            runs_here: true,
+            triple: self.identity.triple.clone(),
+        }))
+    }
+}
+
+/// A compiled module and the engine it belongs to.
+struct WasmerModule {
+    engine: wasmer::Engine,
+    module: wasmer::Module,
+    runs_here: bool,
+    triple: String,
+}
+
+/// Interrupts one store's guest code.
+struct StoreInterrupt(wasmer::Interrupter);
+
+impl Interrupt for StoreInterrupt {
+    fn interrupt(&self) {
+        self.0.interrupt();
+    }
+}
+
+impl Module for WasmerModule {
+    fn serialize(&self) -> Result<Vec<u8>, EngineError> {
+        self.module
+            .serialize()
+            .map(|bytes| bytes.to_vec())
+            .map_err(|err| EngineError::Serialize(err.to_string()))
+    }
+
+    fn run(&self, host: Box<dyn Host>, limits: RunLimits, watchdog: &dyn Watchdog) -> RunResult {
+        let mut store = Store::new(self.engine.clone());
+        let env = FunctionEnv::new(
+            &mut store,
+            HostEnv {
+                host: Some(host),
+                memory: None,
+            },
+        );
+        let exit = if self.runs_here {
+            self.instantiate_and_start(&mut store, &env, limits, watchdog)
+        } else {
+            RunExit::Instantiate(format!(
+                "this module was compiled for {} and cannot run here",
+                self.triple
+            ))
+        };
+        let state = env.as_mut(&mut store);
+        let memory = state.memory.take();
+        let host = state
+            .host
+            .take()
+            .expect("the host is only taken back here, once per run");
+        let memory_bytes = memory.map_or(0, |memory| memory.view(&store).data_size());
+        RunResult {
+            exit,
+            host,
+            memory_bytes,
+        }
+    }
+}
+
+impl WasmerModule {
+    fn imports(&self, store: &mut Store, env: &FunctionEnv<HostEnv>) -> Result<Imports, String> {
+        let mut imports = Imports::new();
+        for import in self.module.imports() {
+            let Some(known) = Import::lookup(import.module(), import.name()) else {
+                return Err(format!(
+                    "the module imports {}.{}, which ABI 1 does not provide",
+                    import.module(),
+                    import.name()
+                ));
+            };
+            let function = link::host_function(store, env, known);
+            imports.define(import.module(), import.name(), function);
+        }
+        Ok(imports)
+    }
+
+    fn instantiate_and_start(
+        &self,
+        store: &mut Store,
+        env: &FunctionEnv<HostEnv>,
+        limits: RunLimits,
+        watchdog: &dyn Watchdog,
+    ) -> RunExit {
+        let imports = match self.imports(store, env) {
+            Ok(imports) => imports,
+            Err(message) => return RunExit::Instantiate(message),
+        };
+        watchdog.arm(Arc::new(StoreInterrupt(store.interrupter())));
+        let cap = CapScope::enter(limits.max_memory_bytes);
+        let instance = match Instance::new(store, &self.module, &imports) {
+            Ok(instance) => instance,
+            Err(InstantiationError::Start(error)) => return classify(error, &cap),
+            Err(error) if cap.refused() => {
+                return RunExit::OutOfMemory(format!(
+                    "the module's initial memory is above the cap of {} bytes: {error}",
+                    limits.max_memory_bytes
+                ))
+            }
+            Err(error) => return RunExit::Instantiate(error.to_string()),
+        };
+        let start = match entry_points(&instance.exports, store) {
+            Ok((memory, start)) => {
+                env.as_mut(store).memory = Some(memory);
+                start
+            }
+            Err(message) => return RunExit::Instantiate(message),
+        };
+        match start.call(store) {
+            Ok(()) => RunExit::Returned,
+            Err(error) => classify(error, &cap),
+        }
+    }
+}
+
+fn entry_points(
+    exports: &Exports,
+    store: &Store,
+) -> Result<(wasmer::Memory, TypedFunction<(), ()>), String> {
+    let memory = exports
+        .get_memory("memory")
+        .map_err(|err| format!("export memory: {err}"))?
+        .clone();
+    let start = exports
+        .get_typed_function::<(), ()>(store, "_start")
+        .map_err(|err| format!("export _start: {err}"))?;
+    Ok((memory, start))
+}
+
+/// How a run that ended in an error ended.
+fn classify(error: wasmer::RuntimeError, cap: &CapScope) -> RunExit {
+    if let Some(HostStop(stop)) = error.downcast_ref::<HostStop>() {
+        return match stop {
+            Stop::Exit(code) => RunExit::Exited(*code),
+            Stop::Abort => RunExit::Aborted,
+        };
+    }
+    let message = error.message();
+    match error.to_trap() {
+        Some(wasmer_types::TrapCode::HostInterrupt) => RunExit::Interrupted,
+        _ if cap.refused() => RunExit::OutOfMemory(format!(
+            "the guest was refused memory at its cap, then trapped: {message}"
+        )),
+        _ => RunExit::Trap(message),
+    }
+}

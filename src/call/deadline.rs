@@ -1,0 +1,242 @@
+//! Deadlines for every running call, kept by one timer thread for the whole process (not a
+//! thread per call). When a call's deadline passes, the timer sets the call's [`Cancel`] flag
+//! (waking a guest blocked in a host call) and interrupts its guest code through the engine's
+//! [`Interrupt`]; it keeps interrupting every few milliseconds until the call lets go of its
+//! [`CallTimer`], because an interrupt that arrives while the guest is between host code and
+//! guest code can be lost. This file does not decide what a fired deadline means for the
+//! outcome; it only remembers which deadline fired.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use hako_engine_api::{Interrupt, Watchdog};
+
+use crate::sandbox::Cancel;
+
+/// How often a fired deadline interrupts its guest again until the call ends.
+const REINTERRUPT_EVERY: Duration = Duration::from_millis(5);
+
+/// Which limit a fired deadline was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadlineKind {
+    /// The call's own time limit.
+    CallTimeout,
+    /// The second the guest has to exit once stdin is closed.
+    ExitAfterEof,
+}
+
+struct Entry {
+    at: Instant,
+    kind: DeadlineKind,
+    fired: Option<DeadlineKind>,
+    cancel: Arc<Cancel>,
+    interrupt: Option<Arc<dyn Interrupt>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// (when, call id); stale pairs (an entry moved or gone) are skipped when popped.
+    heap: BinaryHeap<Reverse<(Instant, u64)>>,
+    entries: HashMap<u64, Entry>,
+    next_id: u64,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+}
+
+fn shared() -> &'static Arc<Shared> {
+    static SHARED: OnceLock<Arc<Shared>> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+        });
+        let timer = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("hako-deadlines".into())
+            .spawn(move || run_timer(&timer))
+            .expect("the deadline thread must start: without it no call could be bounded");
+        shared
+    })
+}
+
+fn run_timer(shared: &Shared) {
+    let mut state = shared.lock();
+    loop {
+        let now = Instant::now();
+        let next = state.heap.peek().map(|Reverse((at, _))| *at);
+        match next {
+            None => state = shared.wake.wait(state).unwrap_or_else(|p| p.into_inner()),
+            Some(at) if at > now => {
+                state = shared
+                    .wake
+                    .wait_timeout(state, at - now)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            Some(_) => {
+                let Some(Reverse((at, id))) = state.heap.pop() else {
+                    continue;
+                };
+                let Some(entry) = state.entries.get_mut(&id) else {
+                    continue;
+                };
+                if entry.at != at {
+                    continue;
+                }
+                entry.fired.get_or_insert(entry.kind);
+                entry.cancel.cancel();
+                if let Some(interrupt) = &entry.interrupt {
+                    interrupt.interrupt();
+                }
+                entry.at = now + REINTERRUPT_EVERY;
+                let again = entry.at;
+                state.heap.push(Reverse((again, id)));
+            }
+        }
+    }
+}
+
+/// One call's registration with the timer; dropping it ends the call's deadlines.
+pub struct CallTimer {
+    id: u64,
+    shared: Arc<Shared>,
+}
+
+impl CallTimer {
+    /// Registers a call whose time limit ends at `at`.
+    pub fn start(at: Instant, cancel: Arc<Cancel>) -> Self {
+        let shared = Arc::clone(shared());
+        let mut state = shared.lock();
+        let id = state.next_id;
+        state.next_id += 1;
+        state.entries.insert(
+            id,
+            Entry {
+                at,
+                kind: DeadlineKind::CallTimeout,
+                fired: None,
+                cancel,
+                interrupt: None,
+            },
+        );
+        state.heap.push(Reverse((at, id)));
+        drop(state);
+        shared.wake.notify_one();
+        Self { id, shared }
+    }
+
+    /// Brings the deadline forward to `at` as a deadline of `kind`, unless the current one is
+    /// earlier or has already fired.
+    pub fn shorten(&self, at: Instant, kind: DeadlineKind) {
+        let mut state = self.shared.lock();
+        let Some(entry) = state.entries.get_mut(&self.id) else {
+            return;
+        };
+        if entry.fired.is_some() || entry.at <= at {
+            return;
+        }
+        entry.at = at;
+        entry.kind = kind;
+        state.heap.push(Reverse((at, self.id)));
+        drop(state);
+        self.shared.wake.notify_one();
+    }
+
+    /// Which deadline fired, if one did.
+    pub fn fired(&self) -> Option<DeadlineKind> {
+        self.shared
+            .lock()
+            .entries
+            .get(&self.id)
+            .and_then(|entry| entry.fired)
+    }
+}
+
+impl Watchdog for CallTimer {
+    fn arm(&self, interrupt: Arc<dyn Interrupt>) {
+        let mut state = self.shared.lock();
+        if let Some(entry) = state.entries.get_mut(&self.id) {
+            if entry.fired.is_some() {
+                interrupt.interrupt();
+            }
+            entry.interrupt = Some(interrupt);
+        }
+    }
+}
+
+impl Drop for CallTimer {
+    fn drop(&mut self) {
+        self.shared.lock().entries.remove(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    struct Count(AtomicUsize);
+
+    impl Interrupt for Count {
+        fn interrupt(&self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_passed_deadline_cancels_and_keeps_interrupting() {
+        let cancel = Arc::new(Cancel::new());
+        let timer = CallTimer::start(Instant::now(), Arc::clone(&cancel));
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        timer.arm(Arc::clone(&count) as Arc<dyn Interrupt>);
+        assert!(cancel.sleep_until(Instant::now() + Duration::from_secs(60)));
+        while count.0.load(Ordering::SeqCst) < 2 {
+            std::thread::yield_now();
+        }
+        assert_eq!(timer.fired(), Some(DeadlineKind::CallTimeout));
+    }
+
+    #[test]
+    fn a_shortened_deadline_fires_with_its_own_kind() {
+        let cancel = Arc::new(Cancel::new());
+        let timer = CallTimer::start(
+            Instant::now() + Duration::from_secs(3600),
+            Arc::clone(&cancel),
+        );
+        timer.shorten(Instant::now(), DeadlineKind::ExitAfterEof);
+        assert!(cancel.sleep_until(Instant::now() + Duration::from_secs(60)));
+        assert_eq!(timer.fired(), Some(DeadlineKind::ExitAfterEof));
+    }
+
+    #[test]
+    fn a_later_deadline_does_not_replace_an_earlier_one() {
+        let cancel = Arc::new(Cancel::new());
+        let timer = CallTimer::start(Instant::now(), Arc::clone(&cancel));
+        timer.shorten(
+            Instant::now() + Duration::from_secs(3600),
+            DeadlineKind::ExitAfterEof,
+        );
+        assert!(cancel.sleep_until(Instant::now() + Duration::from_secs(60)));
+        assert_eq!(timer.fired(), Some(DeadlineKind::CallTimeout));
+    }
+
+    #[test]
+    fn an_unexpired_deadline_has_not_fired() {
+        let cancel = Arc::new(Cancel::new());
+        let timer = CallTimer::start(Instant::now() + Duration::from_secs(3600), cancel);
+        assert_eq!(timer.fired(), None);
+    }
+}

@@ -1,0 +1,374 @@
+//! One run of a module: the sandbox's mounts, the `subako_http` imports and the guest's stdio
+//! wired into one engine-neutral [`Host`], the run bounded by the call's deadline and memory cap,
+//! and the verdict: which crash, if any, the run earned. Used by tool calls and by discovery.
+//!
+//! It does not pick or load the module (that is `store`), nor render what the model is shown.
+
+use std::any::Any;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+use hako_engine_api::{Host, Import, Module, RunExit, RunLimits, Stop};
+
+use super::deadline::{CallTimer, DeadlineKind};
+use super::outcome::{Crash, CrashKind};
+use super::session::{Conversation, Session};
+use crate::http::{Broker, HttpImports, PackagePolicy};
+use crate::sandbox::{Cancel, Preopen, PreopenDir, SandboxConfig, Wasi, WriteBudget};
+
+/// The limits of one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The call's time limit, from instantiation to exit.
+    pub timeout: Duration,
+    /// The most linear memory the guest may have.
+    pub max_memory_bytes: u64,
+    /// The most bytes the guest may write to files.
+    pub write_budget: u64,
+}
+
+impl Limits {
+    /// The defaults of a call: 30 s, 256 MiB, 1 GiB.
+    pub const CALL: Limits = Limits {
+        timeout: Duration::from_secs(30),
+        max_memory_bytes: 256 * 1024 * 1024,
+        write_budget: 1024 * 1024 * 1024,
+    };
+    /// The limits of discovery: 10 s, and nothing to write to.
+    pub const DISCOVERY: Limits = Limits {
+        timeout: Duration::from_secs(10),
+        max_memory_bytes: 256 * 1024 * 1024,
+        write_budget: 0,
+    };
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::CALL
+    }
+}
+
+/// Where `/volume/tmp` comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumeTmp {
+    /// No volume at all (discovery).
+    None,
+    /// A fresh, empty folder made on first use and removed after the call.
+    Fresh,
+    /// A folder the caller gives, kept after the call.
+    Given(PathBuf),
+}
+
+/// The folders a call mounts, in the ABI's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mounts {
+    pub volume_tmp: VolumeTmp,
+    /// `/volume/data`, only when the caller enables it.
+    pub data: Option<PathBuf>,
+    /// `/package` (read-only), when the package has assets.
+    pub package_assets: Option<PathBuf>,
+    /// `/skills/<name>` (read-only), each.
+    pub skills: Vec<(String, PathBuf)>,
+}
+
+/// What a call may reach on the network.
+#[derive(Clone)]
+pub struct Network {
+    pub policy: Arc<PackagePolicy>,
+    pub broker: Arc<dyn Broker>,
+}
+
+/// A host failure around a run: no guest behaviour.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("the module could not be instantiated: {0}")]
+    Instantiate(String),
+    #[error("preparing the sandbox: {0}")]
+    Sandbox(String),
+}
+
+/// What one run left behind.
+pub struct Ran<C> {
+    pub crash: Option<Crash>,
+    pub session: Session<C>,
+    pub run_us: u64,
+    pub memory_bytes: u64,
+    /// `/volume/tmp` on the host, while it exists (a fresh one is removed when this drops).
+    pub volume_tmp: Option<VolumeDir>,
+    pub volume_data: Option<PathBuf>,
+}
+
+/// A `/volume/tmp` folder on the host; a fresh one is removed on drop.
+pub struct VolumeDir {
+    path: PathBuf,
+    remove: bool,
+}
+
+impl VolumeDir {
+    /// The folder, opened, if it exists (a fresh one exists only once the guest used it).
+    pub fn open(&self) -> Option<Dir> {
+        Dir::open_ambient_dir(&self.path, ambient_authority()).ok()
+    }
+}
+
+impl Drop for VolumeDir {
+    fn drop(&mut self) {
+        if self.remove {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// The engine-neutral host of one run: WASI for the sandbox, `subako_http` for HTTP.
+struct CallHost<C> {
+    wasi: Wasi<Session<C>>,
+    http: HttpImports,
+}
+
+impl<C: Conversation + 'static> Host for CallHost<C> {
+    fn call(&mut self, import: Import, args: &[u64], memory: &mut [u8]) -> Result<i32, Stop> {
+        match import {
+            Import::HttpRequest | Import::HttpReadResponse => {
+                Ok(self.http.call(import, args, memory))
+            }
+            _ => self.wasi.call(import, args, memory),
+        }
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+fn lazy_dir(path: PathBuf, create: bool) -> PreopenDir {
+    PreopenDir::Lazy(Box::new(move || {
+        if create {
+            std::fs::create_dir_all(&path)?;
+        }
+        Dir::open_ambient_dir(&path, ambient_authority())
+    }))
+}
+
+fn fresh_volume_path() -> PathBuf {
+    let mut bytes = [0u8; 8];
+    // A name clash is only a failed mkdir, never a shared folder: create_dir fails on an
+    // existing path. An unavailable random source falls back to the clock.
+    if getrandom::fill(&mut bytes).is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        bytes = nanos.to_le_bytes();
+    }
+    std::env::temp_dir().join(format!("hako-volume-{}", hex::encode(bytes)))
+}
+
+/// The preopens of a call, in the ABI's order, and the `/volume/tmp` folder behind them.
+fn preopens(mounts: &Mounts) -> Result<(Vec<Preopen>, Option<VolumeDir>), RunError> {
+    let mut preopens = Vec::with_capacity(3 + mounts.skills.len());
+    let volume = match &mounts.volume_tmp {
+        VolumeTmp::None => None,
+        VolumeTmp::Fresh => {
+            let path = fresh_volume_path();
+            let for_open = path.clone();
+            preopens.push(Preopen {
+                guest_path: "/volume/tmp".into(),
+                dir: PreopenDir::Lazy(Box::new(move || {
+                    std::fs::create_dir(&for_open)?;
+                    Dir::open_ambient_dir(&for_open, ambient_authority())
+                })),
+                read_only: false,
+            });
+            Some(VolumeDir { path, remove: true })
+        }
+        VolumeTmp::Given(path) => {
+            preopens.push(Preopen {
+                guest_path: "/volume/tmp".into(),
+                dir: lazy_dir(path.clone(), true),
+                read_only: false,
+            });
+            Some(VolumeDir {
+                path: path.clone(),
+                remove: false,
+            })
+        }
+    };
+    if let Some(data) = &mounts.data {
+        preopens.push(Preopen {
+            guest_path: "/volume/data".into(),
+            dir: lazy_dir(data.clone(), true),
+            read_only: false,
+        });
+    }
+    if let Some(assets) = &mounts.package_assets {
+        preopens.push(Preopen {
+            guest_path: "/package".into(),
+            dir: lazy_dir(assets.clone(), false),
+            read_only: true,
+        });
+    }
+    if !mounts.skills.is_empty() {
+        preopens.push(Preopen {
+            guest_path: "/skills".into(),
+            dir: PreopenDir::Open(skills_root(&mounts.skills)?),
+            read_only: true,
+        });
+        for (name, path) in &mounts.skills {
+            preopens.push(Preopen {
+                guest_path: format!("/skills/{name}"),
+                dir: lazy_dir(path.clone(), false),
+                read_only: true,
+            });
+        }
+    }
+    Ok((preopens, volume))
+}
+
+/// `/skills` itself: a read-only folder that lists each skill's name as an empty folder (the
+/// skills' own preopens serve their content). Made once per set of names and kept.
+fn skills_root(skills: &[(String, PathBuf)]) -> Result<Dir, RunError> {
+    let mut names: Vec<&str> = skills.iter().map(|(name, _)| name.as_str()).collect();
+    names.sort_unstable();
+    let digest = crate::store::sha256_hex(names.join("\n").as_bytes());
+    let root = std::env::temp_dir().join(format!("hako-skills-{}", &digest[..16]));
+    let fail = |err: std::io::Error| RunError::Sandbox(format!("/skills: {err}"));
+    for name in &names {
+        std::fs::create_dir_all(root.join(name)).map_err(fail)?;
+    }
+    Dir::open_ambient_dir(&root, ambient_authority()).map_err(fail)
+}
+
+/// Runs `module` once with `conversation` on its stdin.
+pub fn run<C: Conversation + 'static>(
+    module: &Arc<dyn Module>,
+    program: &str,
+    limits: Limits,
+    mounts: &Mounts,
+    network: &Network,
+    conversation: C,
+) -> Result<Ran<C>, RunError> {
+    let started = Instant::now();
+    let deadline = started + limits.timeout;
+    let cancel = Arc::new(Cancel::new());
+    let timer = Arc::new(CallTimer::start(deadline, Arc::clone(&cancel)));
+    let budget = Arc::new(WriteBudget::new(limits.write_budget));
+    let (preopens, volume_tmp) = preopens(mounts)?;
+    let session = Session::new(conversation, Arc::clone(&timer));
+    let wasi = Wasi::new(
+        SandboxConfig {
+            args: vec![program.to_string()],
+            env: Vec::new(),
+            preopens,
+            budget: Arc::clone(&budget),
+            cancel,
+            deadline: Some(deadline),
+        },
+        session,
+    );
+    let http = HttpImports::new(
+        Arc::clone(&network.policy),
+        Arc::clone(&network.broker),
+        budget,
+        Some(deadline),
+    );
+    let host = Box::new(CallHost { wasi, http });
+    let result = module.run(
+        host,
+        RunLimits {
+            max_memory_bytes: limits.max_memory_bytes,
+        },
+        timer.as_ref(),
+    );
+    let run_us = started.elapsed().as_micros() as u64;
+    let fired = timer.fired();
+    let host = result
+        .host
+        .into_any()
+        .downcast::<CallHost<C>>()
+        .expect("the engine hands back the host it was given");
+    let mut session = host.wasi.into_stdio();
+    let past_deadline = Instant::now() >= deadline;
+    let crash = judge(&mut session, result.exit, fired, past_deadline, limits)?;
+    Ok(Ran {
+        crash,
+        session,
+        run_us,
+        memory_bytes: result.memory_bytes,
+        volume_tmp,
+        volume_data: mounts.data.clone(),
+    })
+}
+
+/// The crash a run earned, if any: the first one its stdout earned, else how it ended.
+fn judge<C: Conversation>(
+    session: &mut Session<C>,
+    exit: RunExit,
+    fired: Option<DeadlineKind>,
+    past_deadline: bool,
+    limits: Limits,
+) -> Result<Option<Crash>, RunError> {
+    if matches!(exit, RunExit::Returned | RunExit::Exited(_)) && fired.is_none() {
+        session.flush_partial_line();
+    }
+    if let Some(crash) = session.crash() {
+        return Ok(Some(crash.clone()));
+    }
+    let deadline_crash = |kind: DeadlineKind| match kind {
+        DeadlineKind::CallTimeout => Crash::new(
+            CrashKind::Timeout,
+            format!(
+                "the call ran past its time limit of {} ms",
+                limits.timeout.as_millis()
+            ),
+        ),
+        DeadlineKind::ExitAfterEof => Crash::new(
+            CrashKind::NoExitAfterEof,
+            "the guest was still running 1 s after stdin was closed",
+        ),
+    };
+    // A host call that waited up to the deadline may stop the guest a moment before the
+    // timer notices the same deadline.
+    let fired = fired.or(past_deadline.then_some(DeadlineKind::CallTimeout));
+    if let Some(kind) = fired {
+        if !matches!(exit, RunExit::OutOfMemory(_)) {
+            return Ok(Some(deadline_crash(kind)));
+        }
+    }
+    let crash = match exit {
+        RunExit::Returned | RunExit::Exited(0) if session.finished() => return Ok(None),
+        RunExit::Returned | RunExit::Exited(0) => Crash::new(
+            CrashKind::ExitedBeforeAnswer,
+            "the guest exited with status 0 before answering",
+        ),
+        RunExit::Exited(status) if !session.finished() => Crash::new(
+            CrashKind::ExitedBeforeAnswer,
+            format!("the guest exited with status {status} before answering"),
+        ),
+        RunExit::Exited(status) => Crash::new(
+            CrashKind::NonzeroExit,
+            format!("the guest exited with status {status}"),
+        ),
+        RunExit::Trap(message) => Crash::new(CrashKind::Trap, format!("the guest trapped: {message}")),
+        RunExit::OutOfMemory(message) => Crash::new(CrashKind::OutOfMemory, message),
+        RunExit::Aborted | RunExit::Interrupted => Crash::new(
+            CrashKind::Trap,
+            "the guest was stopped without a recorded reason",
+        ),
+        RunExit::Instantiate(message) => return Err(RunError::Instantiate(message)),
+    };
+    Ok(Some(crash))
+}
+
+/// Opens a folder a `volume:///` link names, if that part of the volume is mounted.
+pub fn volume_root<C>(ran: &Ran<C>, first_segment: &str) -> Option<Dir> {
+    match first_segment {
+        "tmp" => ran.volume_tmp.as_ref().and_then(VolumeDir::open),
+        "data" => ran
+            .volume_data
+            .as_deref()
+            .and_then(|path: &Path| Dir::open_ambient_dir(path, ambient_authority()).ok()),
+        _ => None,
+    }
+}

@@ -1,0 +1,312 @@
+//! The AOT artifact cache: compiled modules on disk, content-addressed by (module hash,
+//! engine, engine version, compiler, target triple, CPU features), and the one place in hako
+//! that turns bytes into native code.
+//!
+//! Loading an artifact is the dangerous act: wasmer 7.4 checks nothing when it deserializes,
+//! and a foreign artifact (another target, another version) loads "fine" and then crashes the
+//! process. So every file carries a header naming its identity, the module it came from, and
+//! the SHA-256 of its payload, and every load verifies all of them before the payload reaches
+//! the engine. Files are written to a temporary name with create-new, synced, then renamed, so
+//! a reader never sees half a file. The contract that the directory is hako's own sits on one
+//! constructor, [`ArtifactCache::open_trusted`].
+//!
+//! It does not decide which compiler to use, and keeps no modules in memory (see `modules`).
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hako_engine_api::{Engine, EngineIdentity, Module};
+use serde::{Deserialize, Serialize};
+
+use super::sha256_hex;
+
+const MAGIC: &[u8] = b"HAKO-ARTIFACT 1\n";
+
+/// What names an artifact: the module and the identity of the code.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ArtifactKey {
+    pub module_sha256: String,
+    pub identity: EngineIdentity,
+}
+
+impl ArtifactKey {
+    pub fn new(module_sha256: &str, identity: &EngineIdentity) -> Self {
+        Self {
+            module_sha256: module_sha256.to_string(),
+            identity: identity.clone(),
+        }
+    }
+
+    /// The file name: a digest of every part of the key.
+    pub fn file_name(&self) -> String {
+        let digest = sha256_hex(
+            format!("{}\n{}", self.module_sha256, self.identity.to_line()).as_bytes(),
+        );
+        format!("{}-{}.artifact", self.identity.compiler, &digest[..32])
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct Header {
+    engine: String,
+    version: String,
+    compiler: String,
+    triple: String,
+    cpu_features: String,
+    module_sha256: String,
+    payload_len: u64,
+    payload_sha256: String,
+}
+
+impl Header {
+    fn matches(&self, key: &ArtifactKey) -> Result<(), String> {
+        let id = &key.identity;
+        let checks = [
+            ("engine", self.engine.as_str(), id.engine),
+            ("engine version", &self.version, id.version),
+            ("compiler", &self.compiler, &id.compiler),
+            ("target", &self.triple, &id.triple),
+            ("CPU features", &self.cpu_features, &id.cpu_features),
+            ("module", &self.module_sha256, &key.module_sha256),
+        ];
+        for (what, found, wanted) in checks {
+            if found != wanted {
+                return Err(format!("{what} is {found:?}, expected {wanted:?}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why an artifact could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactError {
+    #[error("reading artifact {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("writing artifact {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("refusing artifact {path}: {reason}")]
+    Refused { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Engine(#[from] hako_engine_api::EngineError),
+}
+
+/// A directory of artifacts that only hako writes.
+#[derive(Debug, Clone)]
+pub struct ArtifactCache {
+    dir: PathBuf,
+}
+
+impl ArtifactCache {
+    /// Opens (and creates) the cache at `dir`.
+    ///
+    /// # Safety
+    /// `dir` must be written only by hako (or by whoever the operator trusts to run native code
+    /// in this process): an artifact whose header and checksum are right is loaded as native
+    /// code without further checks.
+    #[allow(unsafe_code)]
+    pub unsafe fn open_trusted(dir: impl Into<PathBuf>) -> std::io::Result<Self> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir)?;
+        Ok(Self { dir })
+    }
+
+    /// Where the artifact for `key` lives.
+    pub fn path(&self, key: &ArtifactKey) -> PathBuf {
+        self.dir.join(key.file_name())
+    }
+
+    /// Writes `module`'s artifact for `key`, atomically. Returns its size in bytes.
+    pub fn write(&self, key: &ArtifactKey, module: &dyn Module) -> Result<u64, ArtifactError> {
+        let payload = module.serialize()?;
+        let header = Header {
+            engine: key.identity.engine.to_string(),
+            version: key.identity.version.to_string(),
+            compiler: key.identity.compiler.clone(),
+            triple: key.identity.triple.clone(),
+            cpu_features: key.identity.cpu_features.clone(),
+            module_sha256: key.module_sha256.clone(),
+            payload_len: payload.len() as u64,
+            payload_sha256: sha256_hex(&payload),
+        };
+        let mut bytes = Vec::with_capacity(payload.len() + 512);
+        bytes.extend_from_slice(MAGIC);
+        serde_json::to_writer(&mut bytes, &header).expect("a header always serializes");
+        bytes.push(b'\n');
+        bytes.extend_from_slice(&payload);
+        let path = self.path(key);
+        write_atomically(&path, &bytes).map_err(|source| ArtifactError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(bytes.len() as u64)
+    }
+
+    /// Loads the artifact for `key` with `engine`, or `Ok(None)` when there is none. A file
+    /// whose header, size or checksum does not match is refused, never loaded.
+    pub fn load(
+        &self,
+        key: &ArtifactKey,
+        engine: &dyn Engine,
+    ) -> Result<Option<Arc<dyn Module>>, ArtifactError> {
+        let path = self.path(key);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(ArtifactError::Read { path, source }),
+        };
+        let payload = verify(&bytes, key).map_err(|reason| ArtifactError::Refused {
+            path: path.clone(),
+            reason,
+        })?;
+        if engine.identity() != &key.identity {
+            return Err(ArtifactError::Refused {
+                path,
+                reason: format!(
+                    "the engine is {}, the artifact was made by {}",
+                    engine.identity().to_line(),
+                    key.identity.to_line()
+                ),
+            });
+        }
+        // SAFETY: the cache directory is trusted (`open_trusted`'s contract), and the payload
+        // is exactly what `write` serialized for this engine identity and module: its header
+        // names this identity and module, and its length and SHA-256 match the header.
+        #[allow(unsafe_code)]
+        let module = unsafe { engine.deserialize(payload)? };
+        Ok(Some(module))
+    }
+}
+
+/// The payload of an artifact file, once its header matches `key` and its checksum is right.
+fn verify<'a>(bytes: &'a [u8], key: &ArtifactKey) -> Result<&'a [u8], String> {
+    let rest = bytes
+        .strip_prefix(MAGIC)
+        .ok_or("not a hako artifact (bad magic)")?;
+    let end = rest
+        .iter()
+        .position(|&b| b == b'\n')
+        .ok_or("the header is not terminated")?;
+    let header: Header = serde_json::from_slice(&rest[..end])
+        .map_err(|err| format!("the header is malformed: {err}"))?;
+    header.matches(key)?;
+    let payload = &rest[end + 1..];
+    if payload.len() as u64 != header.payload_len {
+        return Err(format!(
+            "the payload is {} bytes, the header says {}",
+            payload.len(),
+            header.payload_len
+        ));
+    }
+    if sha256_hex(payload) != header.payload_sha256 {
+        return Err("the payload's checksum does not match its header".into());
+    }
+    Ok(payload)
+}
+
+/// Writes `bytes` to `path` so that readers see the old file or the whole new one.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".writing-")
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|err| err.error)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> ArtifactKey {
+        ArtifactKey::new(
+            "ab".repeat(32).as_str(),
+            &EngineIdentity {
+                engine: "wasmer",
+                version: "7.4.2",
+                compiler: "cranelift".into(),
+                triple: "x86_64-unknown-linux-gnu".into(),
+                cpu_features: "sse2".into(),
+            },
+        )
+    }
+
+    fn file(header: &Header, payload: &[u8]) -> Vec<u8> {
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend(serde_json::to_vec(header).unwrap());
+        bytes.push(b'\n');
+        bytes.extend_from_slice(payload);
+        bytes
+    }
+
+    fn header_for(key: &ArtifactKey, payload: &[u8]) -> Header {
+        Header {
+            engine: key.identity.engine.into(),
+            version: key.identity.version.into(),
+            compiler: key.identity.compiler.clone(),
+            triple: key.identity.triple.clone(),
+            cpu_features: key.identity.cpu_features.clone(),
+            module_sha256: key.module_sha256.clone(),
+            payload_len: payload.len() as u64,
+            payload_sha256: sha256_hex(payload),
+        }
+    }
+
+    #[test]
+    fn a_matching_artifact_yields_its_payload() {
+        let key = key();
+        let bytes = file(&header_for(&key, b"native"), b"native");
+        assert_eq!(verify(&bytes, &key).unwrap(), b"native");
+    }
+
+    #[test]
+    fn a_flipped_payload_byte_is_refused() {
+        let key = key();
+        let mut bytes = file(&header_for(&key, b"native"), b"native");
+        *bytes.last_mut().unwrap() ^= 1;
+        assert!(verify(&bytes, &key).unwrap_err().contains("checksum"));
+    }
+
+    #[test]
+    fn an_artifact_for_another_target_is_refused() {
+        let key = key();
+        let mut header = header_for(&key, b"native");
+        header.triple = "aarch64-unknown-linux-gnu".into();
+        let err = verify(&file(&header, b"native"), &key).unwrap_err();
+        assert!(err.contains("target"), "{err}");
+    }
+
+    #[test]
+    fn a_truncated_artifact_is_refused() {
+        let key = key();
+        let bytes = file(&header_for(&key, b"native"), b"native");
+        let err = verify(&bytes[..bytes.len() - 2], &key).unwrap_err();
+        assert!(err.contains("bytes"), "{err}");
+    }
+
+    #[test]
+    fn a_foreign_file_is_refused() {
+        assert!(verify(b"\x7fELF....", &key()).unwrap_err().contains("magic"));
+    }
+
+    #[test]
+    fn keys_differ_by_every_part() {
+        let a = key();
+        let mut b = key();
+        b.identity.cpu_features = "sse2,avx".into();
+        assert_ne!(a.file_name(), b.file_name());
+    }
+}
