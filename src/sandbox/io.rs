@@ -232,3 +232,155 @@ fn seekable_file(entry: &mut Entry, right: u64) -> Result<&mut FileFd, Fail> {
         Entry::Dir(_) => Err(Fail::Errno(EBADF)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::errno::{EBADF, EDQUOT, EFAULT, ESPIPE};
+    use super::super::testkit::{config, preopen, Guest, IOVEC_AT, RESULT_AT};
+    use super::super::WriteBudget;
+    use hako_engine_api::{Import, Stop};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_file_written_reads_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut guest = Guest::with_dir(tmp.path());
+        let fd = guest.create(3, "note.txt").unwrap();
+        assert_eq!(guest.write(fd, b"hello, volume"), (0, 13));
+        assert_eq!(
+            std::fs::read(tmp.path().join("note.txt")).unwrap(),
+            b"hello, volume"
+        );
+        // Back to the start, then read it through the same fd.
+        let args = [u64::from(fd), 0, 0, u64::from(RESULT_AT)];
+        assert_eq!(guest.errno(Import::FdSeek, &args), 0);
+        assert_eq!(guest.read(fd, 64), (0, b"hello, volume".to_vec()));
+        assert_eq!(guest.read(fd, 64), (0, Vec::new()));
+    }
+
+    #[test]
+    fn standard_streams_go_one_way_each() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut guest = Guest::with_dir(tmp.path());
+        guest.wasi.stdio_mut().stdin = b"request\n".to_vec();
+        assert_eq!(guest.write(1, b"answer\n"), (0, 7));
+        assert_eq!(guest.write(2, b"log"), (0, 3));
+        assert_eq!(guest.write(0, b"x").0, EBADF);
+        assert_eq!(guest.read(0, 64), (0, b"request\n".to_vec()));
+        assert_eq!(guest.read(1, 8).0, EBADF);
+        assert_eq!(guest.read(2, 8).0, EBADF);
+        let stdio = guest.wasi.stdio();
+        assert_eq!(stdio.stdout, b"answer\n");
+        assert_eq!(stdio.stderr, b"log");
+        for fd in 0..3u64 {
+            let args = [fd, 0, 0, u64::from(RESULT_AT)];
+            assert_eq!(guest.errno(Import::FdSeek, &args), ESPIPE);
+            assert_eq!(
+                guest.errno(Import::FdTell, &[fd, u64::from(RESULT_AT)]),
+                ESPIPE
+            );
+        }
+    }
+
+    #[test]
+    fn a_write_past_the_budget_is_edquot_and_writes_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let budget = Arc::new(WriteBudget::new(8));
+        let mut guest = Guest::new(config(
+            vec![preopen("/volume/tmp", tmp.path(), false)],
+            budget.clone(),
+        ));
+        let fd = guest.create(3, "big.bin").unwrap();
+        assert_eq!(guest.write(fd, b"0123456789").0, EDQUOT);
+        assert_eq!(std::fs::read(tmp.path().join("big.bin")).unwrap(), b"");
+        assert_eq!(budget.remaining(), 8);
+        // Stdout is no file: the budget does not apply to it.
+        assert_eq!(guest.write(1, b"0123456789"), (0, 10));
+    }
+
+    #[test]
+    fn the_budget_is_shared_across_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let budget = Arc::new(WriteBudget::new(10));
+        let mut guest = Guest::new(config(
+            vec![preopen("/volume/tmp", tmp.path(), false)],
+            budget.clone(),
+        ));
+        let first = guest.create(3, "a").unwrap();
+        let second = guest.create(3, "b").unwrap();
+        assert_eq!(guest.write(first, b"123456"), (0, 6));
+        assert_eq!(guest.write(second, b"12345").0, EDQUOT);
+        assert_eq!(guest.write(second, b"1234"), (0, 4));
+        assert_eq!(budget.remaining(), 0);
+        // Growing a file by truncation is a write too.
+        assert_eq!(
+            guest.errno(Import::FdFilestatSetSize, &[u64::from(first), 7]),
+            EDQUOT
+        );
+        assert_eq!(
+            guest.errno(Import::FdFilestatSetSize, &[u64::from(first), 2]),
+            0
+        );
+        assert_eq!(std::fs::read(tmp.path().join("a")).unwrap(), b"12");
+    }
+
+    #[test]
+    fn pread_and_pwrite_leave_the_offset_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut guest = Guest::with_dir(tmp.path());
+        let fd = u64::from(guest.create(3, "p").unwrap());
+        assert_eq!(guest.write(fd as u32, b"abcdef"), (0, 6));
+        guest.put(4096, b"XY");
+        guest.put(IOVEC_AT, &4096u32.to_le_bytes());
+        guest.put(IOVEC_AT + 4, &2u32.to_le_bytes());
+        let args = [fd, u64::from(IOVEC_AT), 1, 1, u64::from(RESULT_AT)];
+        assert_eq!(guest.errno(Import::FdPwrite, &args), 0);
+        assert_eq!(guest.errno(Import::FdTell, &[fd, u64::from(RESULT_AT)]), 0);
+        assert_eq!(guest.u64_at(RESULT_AT), 6);
+        guest.put(IOVEC_AT + 4, &3u32.to_le_bytes());
+        let args = [fd, u64::from(IOVEC_AT), 1, 0, u64::from(RESULT_AT)];
+        assert_eq!(guest.errno(Import::FdPread, &args), 0);
+        assert_eq!(&guest.memory[4096..4099], b"aXY");
+        assert_eq!(std::fs::read(tmp.path().join("p")).unwrap(), b"aXYdef");
+    }
+
+    #[test]
+    fn pointers_outside_memory_are_efault() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut guest = Guest::with_dir(tmp.path());
+        let beyond = guest.memory.len() as u64;
+        assert_eq!(guest.errno(Import::FdWrite, &[1, beyond, 1, 0]), EFAULT);
+        guest.put(IOVEC_AT, &(beyond as u32 - 2).to_le_bytes());
+        guest.put(IOVEC_AT + 4, &4u32.to_le_bytes());
+        assert_eq!(
+            guest.errno(Import::FdWrite, &[1, u64::from(IOVEC_AT), 1, 0]),
+            EFAULT
+        );
+        assert!(guest.wasi.stdio().stdout.is_empty());
+        assert_eq!(
+            guest.errno(Import::FdRead, &[0, u64::from(IOVEC_AT), 1, beyond]),
+            EFAULT
+        );
+    }
+
+    #[test]
+    fn a_cancelled_call_stops_reads_and_writes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut config = config(Vec::new(), Arc::new(WriteBudget::new(1)));
+        let cancel = config.cancel.clone();
+        config
+            .preopens
+            .push(preopen("/volume/tmp", tmp.path(), false));
+        let mut guest = Guest::new(config);
+        cancel.cancel();
+        let args = [1, u64::from(IOVEC_AT), 1, u64::from(RESULT_AT)];
+        assert_eq!(guest.call(Import::FdWrite, &args), Err(Stop::Abort));
+        assert_eq!(
+            guest.call(
+                Import::FdRead,
+                &[0, u64::from(IOVEC_AT), 1, u64::from(RESULT_AT)]
+            ),
+            Err(Stop::Abort)
+        );
+    }
+}

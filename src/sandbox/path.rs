@@ -296,3 +296,176 @@ impl<S: Stdio> Wasi<S> {
         Ok((first, second))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::abi::{oflags, rights};
+    use super::super::errno::{ELOOP, ENOENT, ENOTDIR, EPERM, EROFS};
+    use super::super::testkit::{config, preopen, Guest, PATH2_AT, PATH_AT, RESULT_AT};
+    use super::super::WriteBudget;
+    use hako_engine_api::Import;
+    use std::sync::Arc;
+
+    /// A guest whose fd 3 is a writable `/volume/tmp`, beside a secret file it must not reach.
+    fn confined() -> (tempfile::TempDir, Guest) {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("tmp")).unwrap();
+        std::fs::write(root.path().join("secret"), b"s3cret").unwrap();
+        let guest = Guest::with_dir(&root.path().join("tmp"));
+        (root, guest)
+    }
+
+    #[test]
+    fn dot_dot_cannot_leave_the_preopen() {
+        let (_root, mut guest) = confined();
+        let read = rights::FD_READ;
+        assert_eq!(guest.open(3, true, "../secret", 0, read), Err(EPERM));
+        assert_eq!(guest.open(3, true, "a/../../secret", 0, read), Err(ENOENT));
+        std::fs::create_dir(_root.path().join("tmp/a")).unwrap();
+        assert_eq!(guest.open(3, true, "a/../../secret", 0, read), Err(EPERM));
+        assert_eq!(guest.create(3, "../evil"), Err(EPERM));
+        assert!(!_root.path().join("evil").exists());
+    }
+
+    #[test]
+    fn an_absolute_path_is_refused() {
+        let (root, mut guest) = confined();
+        let secret = root.path().join("secret");
+        let result = guest.open(3, true, secret.to_str().unwrap(), 0, rights::FD_READ);
+        assert_eq!(result, Err(EPERM));
+        let [ptr, len] = guest.path_at(PATH_AT, "/etc");
+        assert_eq!(
+            guest.errno(Import::PathCreateDirectory, &[3, ptr, len]),
+            EPERM
+        );
+    }
+
+    #[test]
+    fn a_symlink_pointing_outside_is_not_followed_out() {
+        let (root, mut guest) = confined();
+        std::os::unix::fs::symlink(root.path().join("secret"), root.path().join("tmp/abs"))
+            .unwrap();
+        std::os::unix::fs::symlink("../secret", root.path().join("tmp/rel")).unwrap();
+        for name in ["abs", "rel"] {
+            let followed = guest.open(3, true, name, 0, rights::FD_READ);
+            assert_eq!(followed, Err(EPERM), "{name} followed");
+            let unfollowed = guest.open(3, false, name, 0, rights::FD_READ);
+            assert_eq!(unfollowed, Err(ELOOP), "{name} not followed");
+            assert_eq!(guest.create(3, name), Err(EPERM), "{name} for writing");
+        }
+        assert_eq!(
+            std::fs::read(root.path().join("secret")).unwrap(),
+            b"s3cret"
+        );
+        // The link itself is still visible, and says where it points.
+        let [ptr, len] = guest.path_at(PATH_AT, "rel");
+        let args = [3, ptr, len, u64::from(PATH2_AT), 64, u64::from(RESULT_AT)];
+        assert_eq!(guest.errno(Import::PathReadlink, &args), 0);
+        assert_eq!(guest.u32_at(RESULT_AT), 9);
+        assert_eq!(
+            &guest.memory[PATH2_AT as usize..PATH2_AT as usize + 9],
+            b"../secret"
+        );
+    }
+
+    #[test]
+    fn a_read_only_preopen_refuses_every_change() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("asset.txt"), b"asset").unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let budget = Arc::new(WriteBudget::new(1 << 20));
+        let mut guest = Guest::new(config(vec![preopen("/package", dir.path(), true)], budget));
+        assert_eq!(guest.create(3, "new.txt"), Err(EROFS));
+        assert_eq!(
+            guest.open(3, true, "asset.txt", 0, rights::FD_WRITE),
+            Err(EROFS)
+        );
+        assert_eq!(
+            guest.open(3, true, "asset.txt", oflags::TRUNC, rights::FD_READ),
+            Err(EROFS)
+        );
+        let [ptr, len] = guest.path_at(PATH_AT, "asset.txt");
+        let [ptr2, len2] = guest.path_at(PATH2_AT, "moved.txt");
+        assert_eq!(guest.errno(Import::PathUnlinkFile, &[3, ptr, len]), EROFS);
+        assert_eq!(
+            guest.errno(Import::PathRename, &[3, ptr, len, 3, ptr2, len2]),
+            EROFS
+        );
+        assert_eq!(
+            guest.errno(Import::PathLink, &[3, 0, ptr, len, 3, ptr2, len2]),
+            EROFS
+        );
+        assert_eq!(
+            guest.errno(Import::PathSymlink, &[ptr, len, 3, ptr2, len2]),
+            EROFS
+        );
+        assert_eq!(
+            guest.errno(Import::PathCreateDirectory, &[3, ptr2, len2]),
+            EROFS
+        );
+        assert_eq!(
+            guest.errno(Import::PathFilestatSetTimes, &[3, 1, ptr, len, 0, 0, 2]),
+            EROFS
+        );
+        let [sub, sub_len] = guest.path_at(PATH_AT, "sub");
+        assert_eq!(
+            guest.errno(Import::PathRemoveDirectory, &[3, sub, sub_len]),
+            EROFS
+        );
+        // Reading still works, and what is opened inside stays read-only.
+        let fd = guest
+            .open(3, true, "asset.txt", 0, rights::FD_READ)
+            .unwrap();
+        assert_eq!(guest.read(fd, 16), (0, b"asset".to_vec()));
+        assert_eq!(guest.write(fd, b"x").0, EROFS);
+        let sub_fd = guest
+            .open(3, true, "sub", oflags::DIRECTORY, rights::DIRECTORY)
+            .unwrap();
+        assert_eq!(guest.create(sub_fd, "inner"), Err(EROFS));
+        assert_eq!(
+            std::fs::read(dir.path().join("asset.txt")).unwrap(),
+            b"asset"
+        );
+        assert!(!dir.path().join("moved.txt").exists());
+    }
+
+    #[test]
+    fn directories_and_files_are_made_renamed_and_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut guest = Guest::with_dir(tmp.path());
+        let [dir, dir_len] = guest.path_at(PATH_AT, "d");
+        assert_eq!(
+            guest.errno(Import::PathCreateDirectory, &[3, dir, dir_len]),
+            0
+        );
+        assert!(tmp.path().join("d").is_dir());
+        let fd = guest.create(3, "d/f").unwrap();
+        assert_eq!(guest.write(fd, b"x"), (0, 1));
+        let [from, from_len] = guest.path_at(PATH_AT, "d/f");
+        let [to, to_len] = guest.path_at(PATH2_AT, "g");
+        assert_eq!(
+            guest.errno(Import::PathRename, &[3, from, from_len, 3, to, to_len]),
+            0
+        );
+        assert_eq!(std::fs::read(tmp.path().join("g")).unwrap(), b"x");
+        assert_eq!(
+            guest.open(3, true, "g", oflags::DIRECTORY, rights::FD_READDIR),
+            Err(ENOTDIR)
+        );
+        let [d, d_len] = guest.path_at(PATH_AT, "d");
+        assert_eq!(guest.errno(Import::PathRemoveDirectory, &[3, d, d_len]), 0);
+        let [g, g_len] = guest.path_at(PATH_AT, "g");
+        assert_eq!(
+            guest.errno(
+                Import::PathFilestatGet,
+                &[3, 1, g, g_len, u64::from(RESULT_AT)]
+            ),
+            0
+        );
+        assert_eq!(guest.memory[RESULT_AT as usize + 16], 4);
+        assert_eq!(guest.u64_at(RESULT_AT + 32), 1);
+        assert_eq!(guest.errno(Import::PathUnlinkFile, &[3, g, g_len]), 0);
+        assert!(!tmp.path().join("g").exists());
+        assert_eq!(guest.errno(Import::PathUnlinkFile, &[3, g, g_len]), ENOENT);
+    }
+}
