@@ -312,3 +312,196 @@ impl DirentWriter<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::abi::{filetype, oflags, rights};
+    use super::super::errno::{EBADF, ENAMETOOLONG, ENOTCAPABLE, ENOTSUP};
+    use super::super::testkit::{config, preopen, Guest, PATH_AT, RESULT_AT};
+    use super::super::WriteBudget;
+    use hako_engine_api::Import;
+    use std::sync::Arc;
+
+    #[test]
+    fn preopens_are_reported_in_order_from_fd_3() {
+        let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let names = ["/volume/tmp", "/volume/data", "/package"];
+        let preopens = names
+            .iter()
+            .zip(&dirs)
+            .map(|(name, dir)| preopen(name, dir.path(), *name == "/package"))
+            .collect();
+        let mut guest = Guest::new(config(preopens, Arc::new(WriteBudget::new(0))));
+        for (index, name) in names.iter().enumerate() {
+            let fd = 3 + index as u64;
+            assert_eq!(
+                guest.errno(Import::FdPrestatGet, &[fd, u64::from(RESULT_AT)]),
+                0
+            );
+            assert_eq!(guest.memory[RESULT_AT as usize], 0);
+            assert_eq!(guest.u32_at(RESULT_AT + 4), name.len() as u32);
+            let args = [fd, u64::from(PATH_AT), name.len() as u64];
+            assert_eq!(guest.errno(Import::FdPrestatDirName, &args), 0);
+            let start = PATH_AT as usize;
+            assert_eq!(&guest.memory[start..start + name.len()], name.as_bytes());
+            let short = [fd, u64::from(PATH_AT), 2];
+            assert_eq!(guest.errno(Import::FdPrestatDirName, &short), ENAMETOOLONG);
+        }
+        // Past the last preopen, and on the streams, is EBADF: that is where wasi-libc stops.
+        assert_eq!(
+            guest.errno(Import::FdPrestatGet, &[6, u64::from(RESULT_AT)]),
+            EBADF
+        );
+        assert_eq!(
+            guest.errno(Import::FdPrestatGet, &[1, u64::from(RESULT_AT)]),
+            EBADF
+        );
+        // A read-only preopen reports no writing rights.
+        assert_eq!(
+            guest.errno(Import::FdFdstatGet, &[5, u64::from(RESULT_AT)]),
+            0
+        );
+        assert_eq!(guest.memory[RESULT_AT as usize], filetype::DIRECTORY);
+        assert_eq!(guest.u64_at(RESULT_AT + 8) & rights::WRITING, 0);
+        assert_eq!(
+            guest.errno(Import::FdFdstatGet, &[3, u64::from(RESULT_AT)]),
+            0
+        );
+        assert_ne!(guest.u64_at(RESULT_AT + 8) & rights::PATH_CREATE_FILE, 0);
+    }
+
+    #[test]
+    fn fd_allocate_is_never_offered() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut guest = Guest::with_dir(tmp.path());
+        let fd = u64::from(guest.create(3, "f").unwrap());
+        assert_eq!(guest.errno(Import::FdAllocate, &[fd, 0, 4096]), ENOTSUP);
+        assert_eq!(guest.errno(Import::FdAllocate, &[1, 0, 1]), ENOTSUP);
+        assert_eq!(guest.errno(Import::FdAllocate, &[99, 0, 1]), EBADF);
+    }
+
+    #[test]
+    fn the_streams_are_character_devices() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut guest = Guest::with_dir(tmp.path());
+        for fd in 0..3 {
+            assert_eq!(
+                guest.errno(Import::FdFdstatGet, &[fd, u64::from(RESULT_AT)]),
+                0
+            );
+            assert_eq!(guest.memory[RESULT_AT as usize], filetype::CHARACTER_DEVICE);
+        }
+        assert_eq!(
+            guest.u64_at(RESULT_AT + 8) & rights::FD_WRITE,
+            rights::FD_WRITE
+        );
+        assert_eq!(
+            guest.errno(Import::FdFdstatGet, &[9, u64::from(RESULT_AT)]),
+            EBADF
+        );
+    }
+
+    #[test]
+    fn rights_can_be_dropped_but_not_added() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut guest = Guest::with_dir(tmp.path());
+        let fd = guest.create(3, "f").unwrap();
+        let keep = rights::FD_READ | rights::FD_SEEK | rights::FD_TELL;
+        assert_eq!(
+            guest.errno(Import::FdFdstatSetRights, &[u64::from(fd), keep, 0]),
+            0
+        );
+        assert_eq!(guest.write(fd, b"x").0, ENOTCAPABLE);
+        let more = keep | rights::FD_WRITE;
+        let args = [u64::from(fd), more, 0];
+        assert_eq!(guest.errno(Import::FdFdstatSetRights, &args), ENOTCAPABLE);
+    }
+
+    #[test]
+    fn append_set_later_writes_at_the_end() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut guest = Guest::with_dir(tmp.path());
+        let fd = guest.create(3, "log").unwrap();
+        assert_eq!(guest.write(fd, b"abc"), (0, 3));
+        assert_eq!(
+            guest.errno(Import::FdSeek, &[u64::from(fd), 0, 0, u64::from(RESULT_AT)]),
+            0
+        );
+        assert_eq!(
+            guest.errno(Import::FdFdstatSetFlags, &[u64::from(fd), 1]),
+            0
+        );
+        assert_eq!(guest.write(fd, b"de"), (0, 2));
+        assert_eq!(std::fs::read(tmp.path().join("log")).unwrap(), b"abcde");
+        assert_eq!(
+            guest.errno(Import::FdFdstatGet, &[u64::from(fd), u64::from(RESULT_AT)]),
+            0
+        );
+        assert_eq!(guest.memory[RESULT_AT as usize + 2], 1);
+    }
+
+    /// The entries of a `fd_readdir` buffer: (next cookie, name, type).
+    fn dirents(bytes: &[u8]) -> Vec<(u64, String, u8)> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at + 24 <= bytes.len() {
+            let next = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+            let len = u32::from_le_bytes(bytes[at + 16..at + 20].try_into().unwrap()) as usize;
+            let kind = bytes[at + 20];
+            let name = String::from_utf8_lossy(&bytes[at + 24..at + 24 + len]).into_owned();
+            out.push((next, name, kind));
+            at += 24 + len;
+        }
+        out
+    }
+
+    #[test]
+    fn readdir_lists_dot_entries_then_the_directory_and_resumes_at_a_cookie() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("file"), b"").unwrap();
+        std::fs::create_dir(tmp.path().join("sub")).unwrap();
+        let mut guest = Guest::with_dir(tmp.path());
+        let buf = 8192u64;
+        let args = [3, buf, 4096, 0, u64::from(RESULT_AT)];
+        assert_eq!(guest.errno(Import::FdReaddir, &args), 0);
+        let used = guest.u32_at(RESULT_AT) as usize;
+        let entries = dirents(&guest.memory[8192..8192 + used]);
+        let mut names: Vec<_> = entries.iter().map(|(_, n, k)| (n.clone(), *k)).collect();
+        assert_eq!(names[0], (".".to_string(), filetype::DIRECTORY));
+        assert_eq!(names[1], ("..".to_string(), filetype::DIRECTORY));
+        names.sort();
+        assert!(names.contains(&("file".to_string(), filetype::REGULAR_FILE)));
+        assert!(names.contains(&("sub".to_string(), filetype::DIRECTORY)));
+        assert_eq!(entries.len(), 4);
+        // From the cookie of the third entry, only the last one comes back.
+        let cookie = entries[2].0;
+        let args = [3, buf, 4096, cookie, u64::from(RESULT_AT)];
+        assert_eq!(guest.errno(Import::FdReaddir, &args), 0);
+        let used = guest.u32_at(RESULT_AT) as usize;
+        let rest = dirents(&guest.memory[8192..8192 + used]);
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].1, entries[3].1);
+        // A small buffer is filled completely, which tells the guest to read on.
+        let args = [3, buf, 30, 0, u64::from(RESULT_AT)];
+        assert_eq!(guest.errno(Import::FdReaddir, &args), 0);
+        assert_eq!(guest.u32_at(RESULT_AT), 30);
+    }
+
+    #[test]
+    fn closing_and_renumbering_move_fds() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut guest = Guest::with_dir(tmp.path());
+        let fd = guest
+            .open(3, true, ".", oflags::DIRECTORY, rights::DIRECTORY)
+            .unwrap();
+        assert_eq!(fd, 4);
+        assert_eq!(guest.errno(Import::FdRenumber, &[4, 3]), 0);
+        assert_eq!(
+            guest.errno(Import::FdPrestatGet, &[3, u64::from(RESULT_AT)]),
+            EBADF
+        );
+        assert_eq!(guest.errno(Import::FdClose, &[3]), 0);
+        assert_eq!(guest.errno(Import::FdClose, &[3]), EBADF);
+        assert_eq!(guest.errno(Import::FdClose, &[4]), EBADF);
+    }
+}

@@ -290,3 +290,92 @@ impl Args<'_> {
         self.u64(index) as u32
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::abi::rights;
+    use super::errno::{EBADF, EIO, ENOSYS, ENOTSOCK};
+    use super::testkit::{config, Guest, RESULT_AT};
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[test]
+    fn args_and_environ_come_from_the_config() {
+        let mut config = config(Vec::new(), Arc::new(WriteBudget::new(0)));
+        config.env = vec!["A=1".into()];
+        let mut guest = Guest::new(config);
+        assert_eq!(guest.errno(Import::ArgsSizesGet, &[100, 104]), 0);
+        assert_eq!((guest.u32_at(100), guest.u32_at(104)), (1, 6));
+        assert_eq!(guest.errno(Import::ArgsGet, &[200, 300]), 0);
+        assert_eq!(guest.u32_at(200), 300);
+        assert_eq!(&guest.memory[300..306], b"greet\0");
+        assert_eq!(guest.errno(Import::EnvironSizesGet, &[100, 104]), 0);
+        assert_eq!((guest.u32_at(100), guest.u32_at(104)), (1, 4));
+        assert_eq!(guest.errno(Import::EnvironGet, &[200, 400]), 0);
+        assert_eq!(&guest.memory[400..404], b"A=1\0");
+    }
+
+    #[test]
+    fn sockets_are_linked_but_no_fd_is_one() {
+        let mut guest = Guest::new(config(Vec::new(), Arc::new(WriteBudget::new(0))));
+        let calls: [(Import, &[u64]); 4] = [
+            (Import::SockAccept, &[0, 0, 100]),
+            (Import::SockRecv, &[0, 100, 1, 0, 104, 108]),
+            (Import::SockSend, &[1, 100, 1, 0, 104]),
+            (Import::SockShutdown, &[2, 3]),
+        ];
+        for (import, args) in calls {
+            assert_eq!(guest.errno(import, args), ENOTSOCK, "{import:?}");
+            let mut bad = args.to_vec();
+            bad[0] = 40;
+            assert_eq!(guest.errno(import, &bad), EBADF, "{import:?}");
+        }
+    }
+
+    #[test]
+    fn process_functions_answer_as_the_abi_says() {
+        let mut guest = Guest::new(config(Vec::new(), Arc::new(WriteBudget::new(0))));
+        assert_eq!(guest.call(Import::ProcExit, &[3]), Err(Stop::Exit(3)));
+        assert_eq!(guest.call(Import::ProcRaise, &[9]), Ok(ENOSYS));
+        assert_eq!(guest.call(Import::SchedYield, &[]), Ok(0));
+        assert_eq!(guest.call(Import::HttpRequest, &[0, 0]), Ok(ENOSYS));
+        assert_eq!(guest.call(Import::RandomGet, &[100, 32]), Ok(0));
+        assert!(guest.memory[100..132].iter().any(|&byte| byte != 0));
+    }
+
+    #[test]
+    fn a_lazy_preopen_opens_on_first_use_and_a_failure_is_eio() {
+        let tmp = tempfile::tempdir().unwrap();
+        let opened = Arc::new(AtomicBool::new(false));
+        let (flag, path) = (opened.clone(), tmp.path().to_path_buf());
+        let lazy = Preopen {
+            guest_path: "/volume/tmp".into(),
+            dir: PreopenDir::Lazy(Box::new(move || {
+                flag.store(true, Ordering::SeqCst);
+                cap_std::fs::Dir::open_ambient_dir(path, cap_std::ambient_authority())
+            })),
+            read_only: false,
+        };
+        let failing = Preopen {
+            guest_path: "/volume/data".into(),
+            dir: PreopenDir::Lazy(Box::new(|| Err(std::io::Error::other("gone")))),
+            read_only: false,
+        };
+        let budget = Arc::new(WriteBudget::new(1 << 20));
+        let mut guest = Guest::new(config(vec![lazy, failing], budget));
+        assert_eq!(
+            guest.errno(Import::FdPrestatGet, &[3, u64::from(RESULT_AT)]),
+            0
+        );
+        assert_eq!(
+            guest.errno(Import::FdFdstatGet, &[3, u64::from(RESULT_AT)]),
+            0
+        );
+        assert!(!opened.load(Ordering::SeqCst));
+        let fd = guest.create(3, "made").unwrap();
+        assert!(opened.load(Ordering::SeqCst));
+        assert_eq!(guest.write(fd, b"ok"), (0, 2));
+        assert!(tmp.path().join("made").exists());
+        assert_eq!(guest.open(4, true, "x", 0, rights::FD_READ), Err(EIO));
+    }
+}

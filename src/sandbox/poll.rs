@@ -210,3 +210,102 @@ struct Events {
     earliest: Option<Instant>,
     stdin_waits: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::errno::EINVAL;
+    use super::super::testkit::{config, Guest};
+    use super::super::WriteBudget;
+    use super::*;
+    use hako_engine_api::Import;
+    use std::sync::Arc;
+
+    const SUBS: u32 = 8192;
+    const EVENTS: u32 = 12288;
+    const NEVENTS: u32 = 16000;
+
+    fn guest() -> Guest {
+        Guest::new(config(Vec::new(), Arc::new(WriteBudget::new(0))))
+    }
+
+    fn clock(guest: &mut Guest, index: u32, userdata: u64, timeout: u64) {
+        let at = SUBS + index * SUBSCRIPTION_SIZE;
+        guest.put(at, &userdata.to_le_bytes());
+        guest.put(at + 8, &[EVENT_CLOCK]);
+        guest.put(at + 16, &1u32.to_le_bytes());
+        guest.put(at + 24, &timeout.to_le_bytes());
+        guest.put(at + 40, &0u16.to_le_bytes());
+    }
+
+    fn fd_read(guest: &mut Guest, index: u32, userdata: u64, fd: u32) {
+        let at = SUBS + index * SUBSCRIPTION_SIZE;
+        guest.put(at, &userdata.to_le_bytes());
+        guest.put(at + 8, &[EVENT_FD_READ]);
+        guest.put(at + 16, &fd.to_le_bytes());
+    }
+
+    fn poll(guest: &mut Guest, count: u32) -> Result<i32, Stop> {
+        let args = [SUBS, EVENTS, count, NEVENTS].map(u64::from);
+        guest.call(Import::PollOneoff, &args)
+    }
+
+    #[test]
+    fn a_relative_clock_sleeps_and_reports_its_event() {
+        let mut guest = guest();
+        clock(&mut guest, 0, 77, 1_000_000);
+        assert_eq!(poll(&mut guest, 1), Ok(0));
+        assert_eq!(guest.u32_at(NEVENTS), 1);
+        assert_eq!(guest.u64_at(EVENTS), 77);
+        assert_eq!(guest.memory[EVENTS as usize + 8], 0);
+        assert_eq!(guest.memory[EVENTS as usize + 10], EVENT_CLOCK);
+    }
+
+    #[test]
+    fn a_cancelled_call_stops_polling() {
+        let mut config = config(Vec::new(), Arc::new(WriteBudget::new(0)));
+        let cancel = config.cancel.clone();
+        config.deadline = None;
+        let mut guest = Guest::new(config);
+        clock(&mut guest, 0, 1, 3_600_000_000_000);
+        let other = cancel.clone();
+        let waker = std::thread::spawn(move || other.cancel());
+        assert_eq!(poll(&mut guest, 1), Err(Stop::Abort));
+        waker.join().unwrap();
+        assert!(cancel.is_cancelled());
+    }
+
+    #[test]
+    fn a_ready_stdin_is_reported_without_sleeping() {
+        let mut guest = guest();
+        guest.wasi.stdio_mut().stdin = b"line\n".to_vec();
+        clock(&mut guest, 0, 1, 3_600_000_000_000);
+        fd_read(&mut guest, 1, 2, 0);
+        assert_eq!(poll(&mut guest, 2), Ok(0));
+        assert_eq!(guest.u32_at(NEVENTS), 1);
+        assert_eq!(guest.u64_at(EVENTS), 2);
+        assert_eq!(guest.memory[EVENTS as usize + 10], EVENT_FD_READ);
+    }
+
+    #[test]
+    fn waiting_on_stdin_alone_is_left_to_the_runner() {
+        let mut guest = guest();
+        fd_read(&mut guest, 0, 1, 0);
+        assert_eq!(poll(&mut guest, 1), Err(Stop::Abort));
+        assert!(guest.wasi.stdio().would_block);
+    }
+
+    #[test]
+    fn a_bad_fd_is_an_event_with_ebadf_and_no_subscription_is_einval() {
+        let mut guest = guest();
+        fd_read(&mut guest, 0, 5, 42);
+        assert_eq!(poll(&mut guest, 1), Ok(0));
+        assert_eq!(guest.u32_at(NEVENTS), 1);
+        assert_eq!(guest.memory[EVENTS as usize + 8], EBADF as u8);
+        assert_eq!(poll(&mut guest, 0), Ok(EINVAL));
+        let beyond = [u64::from(SUBS), 65530, 1, u64::from(NEVENTS)];
+        assert_eq!(
+            guest.call(Import::PollOneoff, &beyond),
+            Ok(super::super::errno::EFAULT)
+        );
+    }
+}
