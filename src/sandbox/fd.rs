@@ -504,4 +504,27 @@ mod tests {
         assert_eq!(guest.errno(Import::FdClose, &[3]), EBADF);
         assert_eq!(guest.errno(Import::FdClose, &[4]), EBADF);
     }
+
+    #[test]
+    fn times_are_set_on_files_and_directories() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut guest = Guest::with_dir(tmp.path());
+        let fd = u64::from(guest.create(3, "t").unwrap());
+        let epoch_plus_a_second = 1_000_000_000u64;
+        let args = [fd, 0, epoch_plus_a_second, 4];
+        assert_eq!(guest.errno(Import::FdFilestatSetTimes, &args), 0);
+        let modified = std::fs::metadata(tmp.path().join("t"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        let since = modified.duration_since(std::time::UNIX_EPOCH).unwrap();
+        assert_eq!(since.as_secs(), 1);
+        assert_eq!(guest.errno(Import::FdFilestatSetTimes, &[3, 0, 0, 8]), 0);
+        // Both "now" and a given time for the same stamp is invalid.
+        let both = [fd, 0, 0, 4 | 8];
+        assert_eq!(
+            guest.errno(Import::FdFilestatSetTimes, &both),
+            super::EINVAL
+        );
+    }
 }

@@ -378,4 +378,10 @@ mod tests {
         assert!(tmp.path().join("made").exists());
         assert_eq!(guest.open(4, true, "x", 0, rights::FD_READ), Err(EIO));
     }
+
+    #[test]
+    fn a_sandbox_can_move_to_the_thread_that_runs_the_guest() {
+        fn assert_send<T: Send>() {}
+        assert_send::<Wasi<testkit::TestStdio>>();
+    }
 }
