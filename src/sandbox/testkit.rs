@@ -1,4 +1,4 @@
-//! Test helpers for the sandbox: a scripted [`Stdio`], a guest with temporary preopens and a
+//! Test support for the sandbox: a scripted [`Stdio`], a guest with temporary preopens and a
 //! `Vec<u8>` as its memory, and shorthands for the calls tests make most. Used only by the
 //! unit tests.
 
