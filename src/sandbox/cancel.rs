@@ -23,7 +23,10 @@ impl Cancel {
     /// Sets the flag and wakes every sleeper.
     pub fn cancel(&self) {
         self.cancelled.store(true, Ordering::Release);
-        let _guard = self.lock.lock().unwrap_or_else(|poison| poison.into_inner());
+        let _guard = self
+            .lock
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         self.wake.notify_all();
     }
 
@@ -35,7 +38,10 @@ impl Cancel {
     /// Sleeps until `until` or until the flag is set, whichever comes first. Returns `true`
     /// when it woke because of the flag.
     pub fn sleep_until(&self, until: Instant) -> bool {
-        let mut guard = self.lock.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut guard = self
+            .lock
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         loop {
             if self.is_cancelled() {
                 return true;

@@ -1,0 +1,386 @@
+//! Reading and writing through file descriptors: `fd_read`, `fd_write`, `fd_pread`,
+//! `fd_pwrite`, `fd_seek` and `fd_tell`. Standard streams go to the caller's [`Stdio`]; files
+//! are charged to the write budget before a byte is written. It does not open files (`path`)
+//! nor report on them (`fd`).
+
+use super::abi::rights;
+use super::error::errno::{EBADF, EDQUOT, EINVAL, EISDIR, ENOTCAPABLE, EROFS, ESPIPE};
+use super::error::from_io;
+use super::fdtable::{Entry, FileFd};
+use super::memory::{self, IoVec};
+use super::{Fail, Stdio, Wasi};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+
+fn io_fail(error: std::io::Error) -> Fail {
+    Fail::Errno(from_io(&error))
+}
+
+/// The file behind an fd that may be read (`EBADF` otherwise, `ESPIPE` for a stream when
+/// `seekable` is asked, `EISDIR` for a directory).
+fn readable_file(entry: &mut Entry, seekable: bool) -> Result<&mut FileFd, Fail> {
+    match entry {
+        Entry::File(file) if !file.readable => Err(Fail::Errno(EBADF)),
+        Entry::File(file) if file.base & rights::FD_READ == 0 => Err(Fail::Errno(ENOTCAPABLE)),
+        Entry::File(file) => Ok(file),
+        Entry::Dir(_) => Err(Fail::Errno(EISDIR)),
+        Entry::Stdin | Entry::Stdout | Entry::Stderr if seekable => Err(Fail::Errno(ESPIPE)),
+        _ => Err(Fail::Errno(EBADF)),
+    }
+}
+
+/// The file behind an fd that may be written, as [`readable_file`] does for reading.
+fn writable_file(entry: &mut Entry, seekable: bool) -> Result<&mut FileFd, Fail> {
+    match entry {
+        Entry::File(file) if file.read_only => Err(Fail::Errno(EROFS)),
+        Entry::File(file) if !file.writable => Err(Fail::Errno(EBADF)),
+        Entry::File(file) if file.base & rights::FD_WRITE == 0 => Err(Fail::Errno(ENOTCAPABLE)),
+        Entry::File(file) => Ok(file),
+        Entry::Stdin | Entry::Stdout | Entry::Stderr if seekable => Err(Fail::Errno(ESPIPE)),
+        _ => Err(Fail::Errno(EBADF)),
+    }
+}
+
+impl<S: Stdio> Wasi<S> {
+    pub(super) fn fd_read(
+        &mut self,
+        m: &mut [u8],
+        fd: u32,
+        iovs: u32,
+        count: u32,
+        nread_ptr: u32,
+    ) -> Result<(), Fail> {
+        self.check_cancel()?;
+        memory::iovecs(m, iovs, count)?;
+        memory::range(m, nread_ptr, 4)?;
+        let mut total = 0u64;
+        match self.fds.get_mut(fd)? {
+            Entry::Stdin => {
+                for index in 0..count {
+                    let IoVec { ptr, len } = memory::iovec(m, iovs, index)?;
+                    if len == 0 {
+                        continue;
+                    }
+                    let read = self.stdio.read_stdin(memory::bytes_mut(m, ptr, len)?)?;
+                    total += read as u64;
+                    // A second read could block with data already in hand; stop unless the
+                    // stream has more at once.
+                    if read < len as usize || !self.stdio.stdin_ready() {
+                        break;
+                    }
+                }
+            }
+            entry => {
+                let file = readable_file(entry, false)?;
+                for index in 0..count {
+                    let IoVec { ptr, len } = memory::iovec(m, iovs, index)?;
+                    let read = (&file.file)
+                        .read(memory::bytes_mut(m, ptr, len)?)
+                        .map_err(io_fail)?;
+                    total += read as u64;
+                    if read < len as usize {
+                        break;
+                    }
+                }
+            }
+        }
+        memory::write_u32(m, nread_ptr, total as u32)
+    }
+
+    pub(super) fn fd_write(
+        &mut self,
+        m: &mut [u8],
+        fd: u32,
+        iovs: u32,
+        count: u32,
+        nwritten_ptr: u32,
+    ) -> Result<(), Fail> {
+        self.check_cancel()?;
+        let total = memory::iovecs(m, iovs, count)?;
+        memory::range(m, nwritten_ptr, 4)?;
+        match self.fds.get_mut(fd)? {
+            stream @ (Entry::Stdout | Entry::Stderr) => {
+                let stdout = matches!(stream, Entry::Stdout);
+                for index in 0..count {
+                    let IoVec { ptr, len } = memory::iovec(m, iovs, index)?;
+                    if len == 0 {
+                        continue;
+                    }
+                    let bytes = memory::bytes(m, ptr, len)?;
+                    if stdout {
+                        self.stdio.write_stdout(bytes)?;
+                    } else {
+                        self.stdio.write_stderr(bytes)?;
+                    }
+                }
+            }
+            entry => {
+                let file = writable_file(entry, false)?;
+                if !self.budget.try_charge(total) {
+                    return Err(Fail::Errno(EDQUOT));
+                }
+                if file.append() {
+                    (&file.file).seek(SeekFrom::End(0)).map_err(io_fail)?;
+                }
+                for index in 0..count {
+                    let IoVec { ptr, len } = memory::iovec(m, iovs, index)?;
+                    (&file.file)
+                        .write_all(memory::bytes(m, ptr, len)?)
+                        .map_err(io_fail)?;
+                }
+            }
+        }
+        memory::write_u32(m, nwritten_ptr, total as u32)
+    }
+
+    pub(super) fn fd_pread(
+        &mut self,
+        m: &mut [u8],
+        fd: u32,
+        iovs: u32,
+        count: u32,
+        offset: u64,
+        nread_ptr: u32,
+    ) -> Result<(), Fail> {
+        self.check_cancel()?;
+        memory::iovecs(m, iovs, count)?;
+        memory::range(m, nread_ptr, 4)?;
+        let file = readable_file(self.fds.get_mut(fd)?, true)?;
+        let mut total = 0u64;
+        for index in 0..count {
+            let IoVec { ptr, len } = memory::iovec(m, iovs, index)?;
+            let buffer = memory::bytes_mut(m, ptr, len)?;
+            let read = file
+                .file
+                .read_at(buffer, offset.saturating_add(total))
+                .map_err(io_fail)?;
+            total += read as u64;
+            if read < len as usize {
+                break;
+            }
+        }
+        memory::write_u32(m, nread_ptr, total as u32)
+    }
+
+    pub(super) fn fd_pwrite(
+        &mut self,
+        m: &mut [u8],
+        fd: u32,
+        iovs: u32,
+        count: u32,
+        offset: u64,
+        nwritten_ptr: u32,
+    ) -> Result<(), Fail> {
+        self.check_cancel()?;
+        let total = memory::iovecs(m, iovs, count)?;
+        memory::range(m, nwritten_ptr, 4)?;
+        let file = writable_file(self.fds.get_mut(fd)?, true)?;
+        if offset
+            .checked_add(total)
+            .is_none_or(|end| end > i64::MAX as u64)
+        {
+            return Err(Fail::Errno(EINVAL));
+        }
+        if !self.budget.try_charge(total) {
+            return Err(Fail::Errno(EDQUOT));
+        }
+        let mut at = offset;
+        for index in 0..count {
+            let IoVec { ptr, len } = memory::iovec(m, iovs, index)?;
+            file.file
+                .write_all_at(memory::bytes(m, ptr, len)?, at)
+                .map_err(io_fail)?;
+            at += u64::from(len);
+        }
+        memory::write_u32(m, nwritten_ptr, total as u32)
+    }
+
+    pub(super) fn fd_seek(
+        &mut self,
+        m: &mut [u8],
+        fd: u32,
+        offset: i64,
+        whence: u32,
+        new_offset_ptr: u32,
+    ) -> Result<(), Fail> {
+        memory::range(m, new_offset_ptr, 8)?;
+        let file = seekable_file(self.fds.get_mut(fd)?, rights::FD_SEEK)?;
+        let target = match whence {
+            0 => SeekFrom::Start(u64::try_from(offset).map_err(|_| Fail::Errno(EINVAL))?),
+            1 => SeekFrom::Current(offset),
+            2 => SeekFrom::End(offset),
+            _ => return Err(Fail::Errno(EINVAL)),
+        };
+        let position = (&file.file).seek(target).map_err(io_fail)?;
+        memory::write_u64(m, new_offset_ptr, position)
+    }
+
+    pub(super) fn fd_tell(&mut self, m: &mut [u8], fd: u32, offset_ptr: u32) -> Result<(), Fail> {
+        memory::range(m, offset_ptr, 8)?;
+        let file = seekable_file(self.fds.get_mut(fd)?, rights::FD_TELL)?;
+        let position = (&file.file).stream_position().map_err(io_fail)?;
+        memory::write_u64(m, offset_ptr, position)
+    }
+}
+
+/// The file behind an fd that has a position: `ESPIPE` for a stream, `EBADF` for a directory.
+fn seekable_file(entry: &mut Entry, right: u64) -> Result<&mut FileFd, Fail> {
+    match entry {
+        Entry::File(file) if file.base & right == 0 => Err(Fail::Errno(ENOTCAPABLE)),
+        Entry::File(file) => Ok(file),
+        Entry::Stdin | Entry::Stdout | Entry::Stderr => Err(Fail::Errno(ESPIPE)),
+        Entry::Dir(_) => Err(Fail::Errno(EBADF)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::errno::{EBADF, EDQUOT, EFAULT, ESPIPE};
+    use super::super::testkit::{config, preopen, Guest, IOVEC_AT, RESULT_AT};
+    use super::super::WriteBudget;
+    use hako_engine_api::{Import, Stop};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_file_written_reads_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut guest = Guest::with_dir(tmp.path());
+        let fd = guest.create(3, "note.txt").unwrap();
+        assert_eq!(guest.write(fd, b"hello, volume"), (0, 13));
+        assert_eq!(
+            std::fs::read(tmp.path().join("note.txt")).unwrap(),
+            b"hello, volume"
+        );
+        // Back to the start, then read it through the same fd.
+        let args = [u64::from(fd), 0, 0, u64::from(RESULT_AT)];
+        assert_eq!(guest.errno(Import::FdSeek, &args), 0);
+        assert_eq!(guest.read(fd, 64), (0, b"hello, volume".to_vec()));
+        assert_eq!(guest.read(fd, 64), (0, Vec::new()));
+    }
+
+    #[test]
+    fn standard_streams_go_one_way_each() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut guest = Guest::with_dir(tmp.path());
+        guest.wasi.stdio_mut().stdin = b"request\n".to_vec();
+        assert_eq!(guest.write(1, b"answer\n"), (0, 7));
+        assert_eq!(guest.write(2, b"log"), (0, 3));
+        assert_eq!(guest.write(0, b"x").0, EBADF);
+        assert_eq!(guest.read(0, 64), (0, b"request\n".to_vec()));
+        assert_eq!(guest.read(1, 8).0, EBADF);
+        assert_eq!(guest.read(2, 8).0, EBADF);
+        let stdio = guest.wasi.stdio();
+        assert_eq!(stdio.stdout, b"answer\n");
+        assert_eq!(stdio.stderr, b"log");
+        for fd in 0..3u64 {
+            let args = [fd, 0, 0, u64::from(RESULT_AT)];
+            assert_eq!(guest.errno(Import::FdSeek, &args), ESPIPE);
+            assert_eq!(
+                guest.errno(Import::FdTell, &[fd, u64::from(RESULT_AT)]),
+                ESPIPE
+            );
+        }
+    }
+
+    #[test]
+    fn a_write_past_the_budget_is_edquot_and_writes_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let budget = Arc::new(WriteBudget::new(8));
+        let mut guest = Guest::new(config(
+            vec![preopen("/volume/tmp", tmp.path(), false)],
+            budget.clone(),
+        ));
+        let fd = guest.create(3, "big.bin").unwrap();
+        assert_eq!(guest.write(fd, b"0123456789").0, EDQUOT);
+        assert_eq!(std::fs::read(tmp.path().join("big.bin")).unwrap(), b"");
+        assert_eq!(budget.remaining(), 8);
+        // Stdout is no file: the budget does not apply to it.
+        assert_eq!(guest.write(1, b"0123456789"), (0, 10));
+    }
+
+    #[test]
+    fn the_budget_is_shared_across_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let budget = Arc::new(WriteBudget::new(10));
+        let mut guest = Guest::new(config(
+            vec![preopen("/volume/tmp", tmp.path(), false)],
+            budget.clone(),
+        ));
+        let first = guest.create(3, "a").unwrap();
+        let second = guest.create(3, "b").unwrap();
+        assert_eq!(guest.write(first, b"123456"), (0, 6));
+        assert_eq!(guest.write(second, b"12345").0, EDQUOT);
+        assert_eq!(guest.write(second, b"1234"), (0, 4));
+        assert_eq!(budget.remaining(), 0);
+        // Growing a file by truncation is a write too.
+        assert_eq!(
+            guest.errno(Import::FdFilestatSetSize, &[u64::from(first), 7]),
+            EDQUOT
+        );
+        assert_eq!(
+            guest.errno(Import::FdFilestatSetSize, &[u64::from(first), 2]),
+            0
+        );
+        assert_eq!(std::fs::read(tmp.path().join("a")).unwrap(), b"12");
+    }
+
+    #[test]
+    fn pread_and_pwrite_leave_the_offset_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut guest = Guest::with_dir(tmp.path());
+        let fd = u64::from(guest.create(3, "p").unwrap());
+        assert_eq!(guest.write(fd as u32, b"abcdef"), (0, 6));
+        guest.put(4096, b"XY");
+        guest.put(IOVEC_AT, &4096u32.to_le_bytes());
+        guest.put(IOVEC_AT + 4, &2u32.to_le_bytes());
+        let args = [fd, u64::from(IOVEC_AT), 1, 1, u64::from(RESULT_AT)];
+        assert_eq!(guest.errno(Import::FdPwrite, &args), 0);
+        assert_eq!(guest.errno(Import::FdTell, &[fd, u64::from(RESULT_AT)]), 0);
+        assert_eq!(guest.u64_at(RESULT_AT), 6);
+        guest.put(IOVEC_AT + 4, &3u32.to_le_bytes());
+        let args = [fd, u64::from(IOVEC_AT), 1, 0, u64::from(RESULT_AT)];
+        assert_eq!(guest.errno(Import::FdPread, &args), 0);
+        assert_eq!(&guest.memory[4096..4099], b"aXY");
+        assert_eq!(std::fs::read(tmp.path().join("p")).unwrap(), b"aXYdef");
+    }
+
+    #[test]
+    fn pointers_outside_memory_are_efault() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut guest = Guest::with_dir(tmp.path());
+        let beyond = guest.memory.len() as u64;
+        assert_eq!(guest.errno(Import::FdWrite, &[1, beyond, 1, 0]), EFAULT);
+        guest.put(IOVEC_AT, &(beyond as u32 - 2).to_le_bytes());
+        guest.put(IOVEC_AT + 4, &4u32.to_le_bytes());
+        assert_eq!(
+            guest.errno(Import::FdWrite, &[1, u64::from(IOVEC_AT), 1, 0]),
+            EFAULT
+        );
+        assert!(guest.wasi.stdio().stdout.is_empty());
+        assert_eq!(
+            guest.errno(Import::FdRead, &[0, u64::from(IOVEC_AT), 1, beyond]),
+            EFAULT
+        );
+    }
+
+    #[test]
+    fn a_cancelled_call_stops_reads_and_writes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut config = config(Vec::new(), Arc::new(WriteBudget::new(1)));
+        let cancel = config.cancel.clone();
+        config
+            .preopens
+            .push(preopen("/volume/tmp", tmp.path(), false));
+        let mut guest = Guest::new(config);
+        cancel.cancel();
+        let args = [1, u64::from(IOVEC_AT), 1, u64::from(RESULT_AT)];
+        assert_eq!(guest.call(Import::FdWrite, &args), Err(Stop::Abort));
+        assert_eq!(
+            guest.call(
+                Import::FdRead,
+                &[0, u64::from(IOVEC_AT), 1, u64::from(RESULT_AT)]
+            ),
+            Err(Stop::Abort)
+        );
+    }
+}
