@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::answer::{Answer, ErrorKind, HttpError};
-use super::policy::{InjectedHeader, PackagePolicy};
+use super::credential::InjectedHeader;
+use super::policy::PackagePolicy;
 use super::request::Request;
 use crate::sandbox::WriteBudget;
 

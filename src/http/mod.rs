@@ -29,6 +29,7 @@
 mod allowlist;
 mod answer;
 mod broker;
+mod credential;
 mod policy;
 mod request;
 mod url;
@@ -43,10 +44,8 @@ use crate::sandbox::WriteBudget;
 pub use allowlist::{Allowlist, HostPattern};
 pub use answer::{Answer, ErrorKind, HttpError};
 pub use broker::{Broker, NoBroker, SendContext};
-pub use policy::{
-    Credential, InjectedHeader, PackagePolicy, Policy, PolicyError, Secret, SecretSource,
-    TlsPolicy, CREDENTIAL_HEADERS,
-};
+pub use credential::{Credential, InjectedHeader, Secret, SecretSource};
+pub use policy::{PackagePolicy, Policy, PolicyError, TlsPolicy, CREDENTIAL_HEADERS};
 pub use request::{Body, Method, Output, Request, MAX_REQUEST_BYTES};
 pub use url::{Host, Url};
 

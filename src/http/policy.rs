@@ -10,13 +10,13 @@
 //! checked on a machine that lacks the secrets.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::allowlist::{Allowlist, HostPattern};
-use super::answer::{ErrorKind, HttpError};
+use super::allowlist::Allowlist;
+use super::answer::HttpError;
+use super::credential::{Credential, CredentialEntry, InjectedHeader};
 use super::url::Host;
 
 /// Header names that carry credentials whoever sets them; a guest may not set them itself.
@@ -62,17 +62,6 @@ struct PackageEntry {
     trust_private: Vec<String>,
     #[serde(default)]
     credentials: Vec<CredentialEntry>,
-}
-
-/// One `[[packages.NAME.credentials]]` table as written.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CredentialEntry {
-    host: String,
-    header: String,
-    value_env: Option<String>,
-    value_file: Option<PathBuf>,
-    prefix: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -186,16 +175,13 @@ impl PackagePolicy {
         for (index, written) in entry.credentials.into_iter().enumerate() {
             let credential = Credential::from_entry(written, base_dir)
                 .map_err(|reason| fail("credentials", format!("entry {}: {reason}", index + 1)))?;
-            if credentials
-                .iter()
-                .any(|c| c.host == credential.host && c.header == credential.header)
-            {
+            if credentials.iter().any(|c| c.collides_with(&credential)) {
                 return Err(fail(
                     "credentials",
                     format!(
                         "entry {}: a second credential for `{}` sets `{}` again",
                         index + 1,
-                        credential.host_text,
+                        credential.host(),
                         credential.header
                     ),
                 ));
@@ -231,160 +217,17 @@ impl PackagePolicy {
     ) -> Result<Vec<InjectedHeader>, HttpError> {
         self.credentials
             .iter()
-            .filter(|credential| credential.host.matches(host, port))
+            .filter(|credential| credential.is_for(host, port))
             .map(Credential::resolve)
             .collect()
     }
 }
 
-/// A secret value. Its `Debug` prints `[redacted]` and it has no `Display`, so it cannot reach
-/// a log, an error or an answer by formatting.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps `value`.
-    pub fn new(value: String) -> Secret {
-        Secret(value)
-    }
-
-    /// The value, for the one place that writes it into a request.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[redacted]")
-    }
-}
-
-/// A header the host adds to a request, with its secret.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InjectedHeader {
-    pub name: String,
-    pub value: Secret,
-}
-
-/// Where a credential's secret comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SecretSource {
-    /// The host's environment variable of this name.
-    Env(String),
-    /// This file, whose content (less one trailing line break) is the secret.
-    File(PathBuf),
-}
-
-/// A header the host injects into requests to one host.
-#[derive(Debug, Clone)]
-pub struct Credential {
-    host: HostPattern,
-    host_text: String,
-    pub header: String,
-    pub source: SecretSource,
-    pub prefix: String,
-}
-
-impl Credential {
-    fn from_entry(entry: CredentialEntry, base_dir: &Path) -> Result<Credential, String> {
-        let host = HostPattern::parse(&entry.host)?;
-        if host.is_wildcard() {
-            return Err(format!(
-                "host `{}`: a credential names one exact host",
-                entry.host
-            ));
-        }
-        let header = entry.header;
-        if header.is_empty() || !header.bytes().all(is_header_name_byte) {
-            return Err(format!(
-                "header `{header}` must be a lower-case HTTP header name"
-            ));
-        }
-        if super::request::is_connection_header(&header) {
-            return Err(format!(
-                "header `{header}` is a connection header and is never sent"
-            ));
-        }
-        let source = match (entry.value_env, entry.value_file) {
-            (Some(var), None) if !var.is_empty() => SecretSource::Env(var),
-            (None, Some(file)) => SecretSource::File(base_dir.join(file)),
-            (Some(_), Some(_)) => {
-                return Err("set either value_env or value_file, not both".to_string())
-            }
-            _ => return Err("set value_env or value_file".to_string()),
-        };
-        let prefix = entry.prefix.unwrap_or_default();
-        if !is_header_value(&prefix) {
-            return Err("prefix contains a line break or control character".to_string());
-        }
-        Ok(Credential {
-            host,
-            host_text: entry.host,
-            header,
-            source,
-            prefix,
-        })
-    }
-
-    /// The host this credential is for, as written in the policy.
-    pub fn host(&self) -> &str {
-        &self.host_text
-    }
-
-    fn resolve(&self) -> Result<InjectedHeader, HttpError> {
-        let unavailable = |why: &str| {
-            HttpError::new(
-                ErrorKind::CredentialUnavailable,
-                format!(
-                    "the credential for {} (header {}) is not available: {why}",
-                    self.host_text, self.header
-                ),
-            )
-        };
-        let value = match &self.source {
-            SecretSource::Env(var) => std::env::var(var)
-                .map_err(|_| unavailable("its environment variable is not set or not UTF-8"))?,
-            SecretSource::File(path) => {
-                let mut text = std::fs::read_to_string(path)
-                    .map_err(|_| unavailable("its file cannot be read as UTF-8 text"))?;
-                if text.ends_with('\n') {
-                    text.pop();
-                    if text.ends_with('\r') {
-                        text.pop();
-                    }
-                }
-                text
-            }
-        };
-        if value.is_empty() {
-            return Err(unavailable("the secret is empty"));
-        }
-        if !is_header_value(&value) {
-            return Err(unavailable(
-                "the secret contains a line break or control character",
-            ));
-        }
-        Ok(InjectedHeader {
-            name: self.header.clone(),
-            value: Secret(format!("{}{}", self.prefix, value)),
-        })
-    }
-}
-
-/// Whether `byte` may appear in a lower-case header name (an HTTP token without upper case).
-pub(crate) fn is_header_name_byte(byte: u8) -> bool {
-    byte.is_ascii_lowercase() || byte.is_ascii_digit() || b"!#$%&'*+-.^_`|~".contains(&byte)
-}
-
-/// Whether `value` may be sent as a header value: no control characters but tab.
-pub(crate) fn is_header_value(value: &str) -> bool {
-    value.chars().all(|c| c == '\t' || !c.is_control())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::answer::ErrorKind;
+    use crate::http::credential::SecretSource;
 
     const DESIGN_EXAMPLE: &str = r#"
 [tls]

@@ -17,7 +17,6 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::answer::{ErrorKind, HttpError};
-use super::policy::{is_header_name_byte, is_header_value};
 use super::url::Url;
 
 /// The largest request the guest may pass, in bytes.
@@ -216,6 +215,16 @@ fn parse_method(value: &Value) -> Result<Method, HttpError> {
                 allowed()
             ))
         })
+}
+
+/// Whether `byte` may appear in a lower-case header name (an HTTP token without upper case).
+pub(crate) fn is_header_name_byte(byte: u8) -> bool {
+    byte.is_ascii_lowercase() || byte.is_ascii_digit() || b"!#$%&'*+-.^_`|~".contains(&byte)
+}
+
+/// Whether `value` may be sent as a header value: no control characters but tab.
+pub(crate) fn is_header_value(value: &str) -> bool {
+    value.chars().all(|c| c == '\t' || !c.is_control())
 }
 
 /// Whether a header is about the connection rather than the request, so never forwarded.
