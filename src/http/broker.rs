@@ -6,8 +6,9 @@
 //! A real broker must, per the design: resolve the destination once and vet every address
 //! against the forbidden ranges (unless the name is in `trust_private`), connect to the vetted
 //! address, re-check each redirect hop (https, allowlist, ranges, credentials, at most 10),
-//! bound the whole exchange by `request.timeout`, keep inline bodies to 256 KiB of UTF-8, and
-//! charge file outputs to the write budget.
+//! bound the whole exchange by `request.timeout`, keep inline bodies to 256 KiB of UTF-8,
+//! charge file outputs to the write budget, and send a `json` body with
+//! `content-type: application/json` unless the guest set a content type.
 
 use std::sync::Arc;
 use std::time::Instant;

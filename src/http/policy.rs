@@ -111,6 +111,11 @@ impl Policy {
         Ok(Policy { tls, packages })
     }
 
+    /// The package names the file has an entry for, `"*"` included.
+    pub fn package_names(&self) -> impl Iterator<Item = &str> {
+        self.packages.keys().map(String::as_str)
+    }
+
     /// The effective policy of package `name`: the `"*"` entry, plus the named entry, plus
     /// `extra_hosts` added to the allowlist.
     pub fn for_package(
@@ -248,7 +253,7 @@ prefix = "Bearer "                          # optional
 "#;
 
     fn policy(text: &str) -> Result<Policy, PolicyError> {
-        Policy::from_toml(text, Path::new("/etc/hako"))
+        Policy::from_toml(text, Path::new("conf"))
     }
 
     fn name(text: &str) -> Host {
@@ -260,7 +265,7 @@ prefix = "Bearer "                          # optional
         let policy = policy(DESIGN_EXAMPLE).unwrap();
         assert_eq!(
             policy.tls.extra_ca_files,
-            vec![PathBuf::from("/etc/hako/certs/internal-ca.pem")]
+            vec![PathBuf::from("conf/certs/internal-ca.pem")]
         );
         let weather = policy.for_package("weather", &[]).unwrap();
         assert!(weather.allow.allows("api.weather.example", 443));
@@ -466,6 +471,29 @@ value_file = "bad"
             p.for_package("a", &[]).unwrap().trust_private,
             vec!["intranet.example".to_string()]
         );
+    }
+
+    #[test]
+    fn a_policy_file_reads_relative_paths_against_its_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("conf")).unwrap();
+        std::fs::write(dir.path().join("conf/key"), "from-file").unwrap();
+        let file = dir.path().join("conf/policy.toml");
+        std::fs::write(
+            &file,
+            "[tls]\nextra_ca_files = [\"ca.pem\"]\n\
+             [[packages.a.credentials]]\nhost = \"h.example\"\nheader = \"x-key\"\nvalue_file = \"key\"\n",
+        )
+        .unwrap();
+        let policy = Policy::from_file(&file).unwrap();
+        assert_eq!(
+            policy.tls.extra_ca_files,
+            vec![dir.path().join("conf/ca.pem")]
+        );
+        assert_eq!(policy.package_names().collect::<Vec<_>>(), vec!["a"]);
+        let a = policy.for_package("a", &[]).unwrap();
+        let injected = a.credentials_for(&name("h.example"), 443).unwrap();
+        assert_eq!(injected[0].value.expose(), "from-file");
     }
 
     #[test]
