@@ -1,0 +1,167 @@
+//! What integration tests share: the fixture guest module, built once from
+//! `tests/guests` for `wasm32-wasip1`, the committed `examples/greet`
+//! package, and throwaway package folders around the fixture.
+//!
+//! It owns building and locating guest modules and laying out packages on
+//! disk. It does not run modules, check packages or speak the protocol:
+//! that is what the tests exercise through hako itself.
+//!
+//! Use it from a test file with `mod support;`. Building is safe from many
+//! test processes at once: cargo's lock on the guests' target folder
+//! serialises the builds, and each process keeps the bytes in a `OnceLock`.
+
+#![allow(dead_code)] // each test file uses its own part of the support
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::{json, Value};
+
+/// The Rust target every guest is built for.
+pub const GUEST_TARGET: &str = "wasm32-wasip1";
+
+/// Builds tests/guests once (cargo build --release --target wasm32-wasip1
+/// --locked, with CARGO_TARGET_DIR = <the test binary's target dir>/guests)
+/// and returns the fixture module bytes. Panics with what went wrong, and
+/// how to fix it, when the target is missing or the build fails.
+pub fn fixture_wasm() -> &'static [u8] {
+    static FIXTURE: OnceLock<Vec<u8>> = OnceLock::new();
+    FIXTURE.get_or_init(|| match build_fixture() {
+        Ok(bytes) => bytes,
+        Err(message) => panic!("cannot build the fixture guest: {message}"),
+    })
+}
+
+/// The committed example package (manifest and `module.wasm`).
+pub fn greet_package_dir() -> PathBuf {
+    repository_root().join("examples").join("greet")
+}
+
+/// A package folder in a temp dir: manifest (name, version "1.0.0", abi 1),
+/// module.wasm = fixture, and assets/fixture.json when `fixture_json` is
+/// Some.
+pub fn fixture_package(name: &str, fixture_json: Option<Value>) -> tempfile::TempDir {
+    let package = module_package(name, fixture_wasm());
+    if let Some(config) = fixture_json {
+        let assets = package.path().join("assets");
+        create_dir(&assets);
+        write(&assets.join("fixture.json"), config.to_string().as_bytes());
+    }
+    package
+}
+
+/// A package folder in a temp dir around any module (for example one made
+/// from `.wat`): manifest (name, version "1.0.0", abi 1) and module.wasm.
+pub fn module_package(name: &str, module: &[u8]) -> tempfile::TempDir {
+    let package = match tempfile::Builder::new().prefix("hako-package-").tempdir() {
+        Ok(dir) => dir,
+        Err(error) => panic!("cannot create a temp dir for package {name}: {error}"),
+    };
+    let manifest = json!({"name": name, "version": "1.0.0", "abi": 1});
+    write(
+        &package.path().join("subako-package.json"),
+        manifest.to_string().as_bytes(),
+    );
+    write(&package.path().join("module.wasm"), module);
+    package
+}
+
+/// The hako repository: the package these integration tests belong to.
+fn repository_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs the build and reads the module, or says why it could not.
+fn build_fixture() -> Result<Vec<u8>, String> {
+    check_guest_target()?;
+    let guests = repository_root().join("tests").join("guests");
+    let target_dir = test_target_dir()?.join("guests");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(&cargo);
+    command
+        .current_dir(&guests)
+        .args(["build", "--release", "--locked", "--target", GUEST_TARGET])
+        .arg("--manifest-path")
+        .arg(guests.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target_dir);
+    // Flags meant for the host build (coverage, target-cpu=native, …) would
+    // break or change a wasm build; the guests' own profile is what counts.
+    for variable in [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_BUILD_TARGET",
+    ] {
+        command.env_remove(variable);
+    }
+    let output = command
+        .output()
+        .map_err(|error| format!("cannot run {}: {error}", Path::new(&cargo).display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "`cargo build --release --locked --target {GUEST_TARGET}` in {} failed ({}):\n{}",
+            guests.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let module = target_dir
+        .join(GUEST_TARGET)
+        .join("release")
+        .join("fixture.wasm");
+    std::fs::read(&module).map_err(|error| format!("cannot read {}: {error}", module.display()))
+}
+
+/// Fails with the fix when the toolchain has no `wasm32-wasip1` standard
+/// library, instead of letting cargo print a less direct error.
+fn check_guest_target() -> Result<(), String> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let output = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(|error| format!("cannot run {}: {error}", Path::new(&rustc).display()))?;
+    let sysroot = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    let std_dir = Path::new(&sysroot)
+        .join("lib")
+        .join("rustlib")
+        .join(GUEST_TARGET);
+    if output.status.success() && std_dir.is_dir() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the {GUEST_TARGET} target is not installed for this toolchain \
+             ({} is missing); install it with `rustup target add {GUEST_TARGET}`",
+            std_dir.display()
+        ))
+    }
+}
+
+/// The cargo target folder the running test was built in.
+fn test_target_dir() -> Result<PathBuf, String> {
+    // Integration tests and benches get `<target>/tmp`; anything else finds
+    // the folder from its own executable, `<target>/<profile>/deps/<exe>`.
+    if let Some(tmp) = option_env!("CARGO_TARGET_TMPDIR") {
+        if let Some(target) = Path::new(tmp).parent() {
+            return Ok(target.to_path_buf());
+        }
+    }
+    let exe = std::env::current_exe()
+        .map_err(|error| format!("cannot find the test executable: {error}"))?;
+    exe.ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .ok_or_else(|| format!("{} is not inside a cargo target folder", exe.display()))
+}
+
+fn create_dir(path: &Path) {
+    if let Err(error) = std::fs::create_dir_all(path) {
+        panic!("cannot create {}: {error}", path.display());
+    }
+}
+
+fn write(path: &Path, bytes: &[u8]) {
+    if let Err(error) = std::fs::write(path, bytes) {
+        panic!("cannot write {}: {error}", path.display());
+    }
+}
