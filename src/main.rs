@@ -1,1 +1,36 @@
-fn main() {}
+//! The `hako` command. Errors become exit statuses as `cli` documents; a closed stdout (for
+//! example `hako tools greet | head -1`) is not an error.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use hako::cli::{self, Cli, Failure};
+
+fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HAKO_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    match cli::run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Host(err)) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(failure) => {
+            match &failure {
+                Failure::Host(err) => eprintln!("hako: error: {err:#}"),
+                Failure::Usage(message) => eprintln!("hako: {message}"),
+                Failure::Refused | Failure::Crashed => {}
+            }
+            failure.exit_code()
+        }
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

@@ -1,1 +1,127 @@
-//! (being written)
+//! The command line: one file per subcommand, each turning its arguments into calls of the
+//! library and its results into output and an exit status. What a status means:
+//! 0 the function answered (even with `isError`) or the command succeeded, 1 the package was
+//! refused or the host failed, 2 a usage error, 3 the function crashed.
+//!
+//! The CLI owns no ABI rule; it only chooses and reports.
+
+mod call;
+mod check;
+mod tools;
+mod upload;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::package::{self, LoadError, Package};
+use crate::store::{Store, StoredPackage};
+
+/// hako runs Subako ABI 1 function packages on wasmer.
+#[derive(Debug, Parser)]
+#[command(name = "hako", version, about, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check a package without running it (exit 0 valid, 1 refused).
+    Check(check::CheckArgs),
+    /// Check, precompile and discover a package, then store it.
+    Upload(upload::UploadArgs),
+    /// Print the tools a package offers, as JSON.
+    Tools(tools::ToolsArgs),
+    /// Call one tool of a package and print what the model is shown.
+    Call(call::CallArgs),
+}
+
+/// How a command failed, and so which exit status it gets.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The package was refused; the reasons were already printed.
+    #[error("the package was refused")]
+    Refused,
+    /// The command line asked for something that cannot be done.
+    #[error("{0}")]
+    Usage(String),
+    /// The function crashed; the outcome was already printed.
+    #[error("the function crashed")]
+    Crashed,
+    /// The host failed.
+    #[error(transparent)]
+    Host(#[from] anyhow::Error),
+}
+
+impl Failure {
+    /// The exit status of this failure.
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            Failure::Refused | Failure::Host(_) => ExitCode::from(1),
+            Failure::Usage(_) => ExitCode::from(2),
+            Failure::Crashed => ExitCode::from(3),
+        }
+    }
+}
+
+/// Runs the command line.
+pub fn run(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Check(args) => check::run(args),
+        Command::Upload(args) => upload::run(args),
+        Command::Tools(args) => tools::run(args),
+        Command::Call(args) => call::run(args),
+    }
+}
+
+/// Says something to the operator on stderr.
+pub(crate) fn note(message: &str) {
+    eprintln!("hako: {message}");
+}
+
+/// The store a command uses.
+fn open_store(dir: Option<&Path>) -> Result<Store, Failure> {
+    let root = dir.map_or_else(crate::store::default_root, Path::to_path_buf);
+    Store::open(&root).map_err(|err| Failure::Host(err.into()))
+}
+
+/// Loads and checks a package folder or archive, printing a refusal's reasons.
+fn load_package(path: &Path) -> Result<Package, Failure> {
+    match package::load(path) {
+        Ok(package) => Ok(package),
+        Err(LoadError::Refused(refusal)) => {
+            eprintln!("hako: {} is refused:", path.display());
+            for problem in &refusal.problems {
+                eprintln!("  - [{}] {}", problem.rule, problem.message);
+            }
+            Err(Failure::Refused)
+        }
+        Err(err) => Err(Failure::Host(anyhow::Error::new(err))),
+    }
+}
+
+/// What `PACKAGE|NAME` names: a package on disk, or one in the store.
+enum Target {
+    Path(PathBuf),
+    Stored(String),
+}
+
+fn target(arg: &str) -> Target {
+    let path = Path::new(arg);
+    if path.exists() || arg.contains('/') || arg.ends_with(".tar.gz") || arg.ends_with(".tgz") {
+        Target::Path(path.to_path_buf())
+    } else {
+        Target::Stored(arg.to_string())
+    }
+}
+
+fn stored(store: &Store, name: &str) -> Result<StoredPackage, Failure> {
+    store.get(name).map_err(|err| match err {
+        crate::store::StoreError::UnknownPackage(_) => Failure::Usage(format!(
+            "{err} (give a package folder or archive, or upload it first)"
+        )),
+        other => Failure::Host(other.into()),
+    })
+}

@@ -14,6 +14,7 @@
 //! the CLI strings check, compile, discovery and store together.
 
 pub mod artifact;
+mod loader;
 mod modules;
 
 use std::fs;
@@ -23,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub use artifact::{ArtifactCache, ArtifactError, ArtifactKey};
+pub use loader::{Loaded, ModuleSpec, Source};
 pub use modules::ModuleCache;
 
 use crate::package::tools::Tool;

@@ -1,0 +1,242 @@
+//! `hako call PACKAGE|NAME TOOL [ARGS_JSON|-]`: one call of one tool, with the sandbox, network
+//! and limits the flags give. Prints what the model is shown (or, with `--json`, one outcome
+//! object) and exits 0 when the function answered, 3 when it crashed.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::{note, Failure, Target};
+use crate::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
+use crate::engines::{self, Compiler};
+use crate::http::{NoBroker, Policy};
+use crate::protocol::ShownBlock;
+use crate::store::{ModuleSpec, Source};
+
+#[derive(Debug, Args)]
+pub struct CallArgs {
+    /// A package folder or archive, or the name of a stored package.
+    package: String,
+    /// The tool to call.
+    tool: String,
+    /// The arguments, a JSON object; `-` reads them from stdin (default: {}).
+    arguments: Option<String>,
+    /// The store folder (default: $HAKO_STORE, else ./.hako).
+    #[arg(long, env = "HAKO_STORE")]
+    store: Option<PathBuf>,
+    /// The engine to run on (this build: wasmer).
+    #[arg(long, default_value = "wasmer")]
+    engine: String,
+    /// The compiler whose code runs (default: cranelift).
+    #[arg(long, value_parser = engines::parse_compiler)]
+    compiler: Option<Compiler>,
+    /// Use DIR as /volume/tmp and keep it (default: a fresh folder, removed after the call).
+    #[arg(long, value_name = "DIR")]
+    volume: Option<PathBuf>,
+    /// Mount DIR as /volume/data.
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// Mount DIR read-only as /skills/NAME (repeatable).
+    #[arg(long = "skill", value_name = "NAME=DIR", value_parser = parse_skill)]
+    skills: Vec<(String, PathBuf)>,
+    /// Allow the function to reach HOST through subako_http (repeatable).
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_hosts: Vec<String>,
+    /// The operator policy file (allowlists, credentials).
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// The call's time limit in milliseconds (default: 30000).
+    #[arg(long, value_name = "MS")]
+    timeout: Option<u64>,
+    /// The guest's memory cap in MiB (default: 256).
+    #[arg(long, value_name = "MIB")]
+    memory: Option<u64>,
+    /// How many bytes the guest may write to files (default: 1 GiB).
+    #[arg(long, value_name = "BYTES")]
+    write_budget: Option<u64>,
+    /// Print one outcome object as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_skill(text: &str) -> Result<(String, PathBuf), String> {
+    let (name, dir) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not NAME=DIR"))?;
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if !valid {
+        return Err(format!(
+            "skill name {name:?} must be 1 to 64 characters of a-z, 0-9, _ and -"
+        ));
+    }
+    if dir.is_empty() {
+        return Err(format!("skill {name} names no folder"));
+    }
+    Ok((name.to_string(), PathBuf::from(dir)))
+}
+
+fn arguments(text: Option<&str>) -> Result<serde_json::Value, Failure> {
+    let text = match text {
+        None => return Ok(serde_json::json!({})),
+        Some("-") => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading the arguments from stdin")?;
+            text
+        }
+        Some(text) => text.to_string(),
+    };
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(value) if value.is_object() => Ok(value),
+        Ok(_) => Err(Failure::Usage("the arguments must be a JSON object".into())),
+        Err(err) => Err(Failure::Usage(format!("the arguments are not JSON: {err}"))),
+    }
+}
+
+fn limits(args: &CallArgs) -> Result<Limits, Failure> {
+    let mut limits = Limits::CALL;
+    if let Some(ms) = args.timeout {
+        if ms == 0 {
+            return Err(Failure::Usage("--timeout must be at least 1 ms".into()));
+        }
+        limits.timeout = Duration::from_millis(ms);
+    }
+    if let Some(mib) = args.memory {
+        if mib == 0 || mib > 4096 {
+            return Err(Failure::Usage("--memory must be 1 to 4096 MiB".into()));
+        }
+        limits.max_memory_bytes = mib * 1024 * 1024;
+    }
+    if let Some(bytes) = args.write_budget {
+        limits.write_budget = bytes;
+    }
+    Ok(limits)
+}
+
+pub fn run(args: CallArgs) -> Result<(), Failure> {
+    if args.engine != "wasmer" {
+        return Err(Failure::Usage(format!(
+            "unknown engine {:?}: this build runs on wasmer",
+            args.engine
+        )));
+    }
+    let arguments = arguments(args.arguments.as_deref())?;
+    let limits = limits(&args)?;
+    let store = super::open_store(args.store.as_deref())?;
+
+    // What to run: a package on disk (checked now), or a stored one (checked at upload).
+    let (name, wasm, module_sha256, uses_simd, assets) = match super::target(&args.package) {
+        Target::Path(path) => {
+            let package = super::load_package(&path)?;
+            let assets = package.assets.clone();
+            let name = package.manifest.name.clone();
+            (name, package.wasm, package.module_sha256, package.uses_simd, assets)
+        }
+        Target::Stored(name) => {
+            let stored = super::stored(&store, &name)?;
+            if !stored.tools.iter().any(|tool| tool.name == args.tool) {
+                let names: Vec<&str> = stored.tools.iter().map(|t| t.name.as_str()).collect();
+                return Err(Failure::Usage(format!(
+                    "{name} offers no tool {:?} (it offers: {})",
+                    args.tool,
+                    names.join(", ")
+                )));
+            }
+            let wasm = stored.wasm().map_err(|err| Failure::Host(err.into()))?;
+            let assets = stored.assets();
+            (name, wasm, stored.record.module_sha256, stored.record.uses_simd, assets)
+        }
+    };
+
+    let policy = match &args.policy {
+        Some(path) => Policy::from_file(path).map_err(|err| Failure::Usage(err.to_string()))?,
+        None => Policy::empty(),
+    };
+    let package_policy = policy
+        .for_package(&name, &args.allow_hosts)
+        .map_err(|err| Failure::Usage(err.to_string()))?;
+
+    let loaded = store
+        .load_module(
+            &ModuleSpec {
+                wasm: &wasm,
+                module_sha256: &module_sha256,
+                uses_simd,
+                compiler: args.compiler.unwrap_or(engines::DEFAULT_COMPILER),
+            },
+            None,
+        )
+        .map_err(|err| Failure::Host(err.into()))?;
+    for message in &loaded.notes {
+        note(message);
+    }
+
+    let request = ToolRequest {
+        program: &name,
+        tool: &args.tool,
+        arguments,
+        limits,
+        mounts: Mounts {
+            volume_tmp: args.volume.clone().map_or(VolumeTmp::Fresh, VolumeTmp::Given),
+            data: args.data.clone(),
+            package_assets: assets,
+            skills: args.skills.clone(),
+        },
+        network: Network {
+            policy: Arc::new(package_policy),
+            broker: Arc::new(NoBroker),
+        },
+    };
+    let stats = CallStats {
+        compiled: loaded.source == Source::Compiled,
+        compiler: loaded.compiler.name().to_string(),
+        load_us: loaded.load_us,
+        ..CallStats::default()
+    };
+    let outcome = call::call_tool(&loaded.module, request, stats)
+        .map_err(|err| Failure::Host(err.into()))?;
+    report(&outcome, args.json);
+    match outcome {
+        CallOutcome::Answered { .. } => Ok(()),
+        CallOutcome::Crashed { .. } => Err(Failure::Crashed),
+    }
+}
+
+fn report(outcome: &CallOutcome, json: bool) {
+    if json {
+        println!("{}", outcome.to_json());
+        return;
+    }
+    match outcome {
+        CallOutcome::Answered { result, .. } => {
+            if result.is_error {
+                note("the function answered with isError: true");
+            }
+            for block in &result.content {
+                match block {
+                    ShownBlock::Text { text } => println!("{text}"),
+                    ShownBlock::Image { mime_type, data } => {
+                        println!("[image {mime_type}, {} base64 characters]", data.len())
+                    }
+                    ShownBlock::VolumeLink { uri, .. } => println!("[unread link {uri}]"),
+                    ShownBlock::Link { text } | ShownBlock::Omitted { text } => println!("{text}"),
+                }
+            }
+        }
+        CallOutcome::Crashed { crash, stderr, .. } => {
+            eprintln!("hako: the function crashed ({}): {}", crash.kind, crash.message);
+            if !stderr.is_empty() {
+                eprintln!("hako: its stderr (last 4 KiB):\n{stderr}");
+            }
+        }
+    }
+}

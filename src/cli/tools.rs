@@ -1,0 +1,52 @@
+//! `hako tools PACKAGE|NAME`: the tools a package offers, as JSON. A stored package answers
+//! what its discovery recorded; a package on disk is discovered now (nothing is stored).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{Failure, Target};
+use crate::call;
+use crate::engines;
+use crate::store::ModuleSpec;
+
+#[derive(Debug, Args)]
+pub struct ToolsArgs {
+    /// A package folder or archive, or the name of a stored package.
+    package: String,
+    /// The store folder (default: $HAKO_STORE, else ./.hako).
+    #[arg(long, env = "HAKO_STORE")]
+    store: Option<PathBuf>,
+}
+
+pub fn run(args: ToolsArgs) -> Result<(), Failure> {
+    let store = super::open_store(args.store.as_deref())?;
+    let tools = match super::target(&args.package) {
+        Target::Stored(name) => super::stored(&store, &name)?.tools,
+        Target::Path(path) => {
+            let package = super::load_package(&path)?;
+            let loaded = store
+                .load_module(
+                    &ModuleSpec {
+                        wasm: &package.wasm,
+                        module_sha256: &package.module_sha256,
+                        uses_simd: package.uses_simd,
+                        compiler: engines::DEFAULT_COMPILER,
+                    },
+                    None,
+                )
+                .map_err(|err| Failure::Host(err.into()))?;
+            match call::discover(&loaded.module, &package.manifest.name, package.assets.clone()) {
+                Ok(discovery) => discovery.tools,
+                Err(call::DiscoveryError::Run(err)) => return Err(Failure::Host(err.into())),
+                Err(refusal) => {
+                    eprintln!("hako: {} is refused at discovery: {refusal}", path.display());
+                    return Err(Failure::Refused);
+                }
+            }
+        }
+    };
+    let json = serde_json::to_string_pretty(&tools).map_err(|err| Failure::Host(err.into()))?;
+    println!("{json}");
+    Ok(())
+}
