@@ -186,6 +186,7 @@ fn package_root(dest: &Path) -> io::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use tempfile::TempDir;
 
     /// Builds a .tar.gz from raw entries, writing paths straight into the header so that the
@@ -279,12 +280,29 @@ mod tests {
 
     #[test]
     fn too_many_entries_are_refused() {
-        let names: Vec<String> = (0..=MAX_ENTRIES).map(|i| format!("d{i}/")).collect();
-        let entries: Vec<_> = names
-            .iter()
-            .map(|n| (n.as_str(), EntryType::Directory, &b""[..]))
-            .collect();
+        // One folder named over and over: the count is what matters, not the disk.
+        let entries = vec![("d/", EntryType::Directory, &b""[..]); MAX_ENTRIES + 1];
         let (_keep, path) = archive(&entries);
+        assert_eq!(refused_rules(&path), ["archive.too_large"]);
+    }
+
+    #[test]
+    fn an_entry_claiming_more_than_the_size_limit_is_refused_before_it_is_read() {
+        let temp = TempDir::new().unwrap();
+        let path = temp.path().join("package.tar.gz");
+        let gz = flate2::write::GzEncoder::new(
+            fs::File::create(&path).unwrap(),
+            flate2::Compression::fast(),
+        );
+        let mut builder = tar::Builder::new(gz);
+        let mut header = tar::Header::new_gnu();
+        header.set_path("huge.bin").unwrap();
+        header.set_entry_type(EntryType::Regular);
+        header.set_size(MAX_UNPACKED_BYTES + 1);
+        header.set_cksum();
+        // Only the header is written: the check must come before any data is read.
+        builder.get_mut().write_all(header.as_bytes()).unwrap();
+        builder.into_inner().unwrap().finish().unwrap();
         assert_eq!(refused_rules(&path), ["archive.too_large"]);
     }
 

@@ -26,7 +26,6 @@ mod features;
 use hako_engine_api::{Import, ValType as AbiType, HTTP_MODULE, WASI_MODULE};
 use wasmparser::{
     CompositeInnerType, Encoding, ExternalKind, FunctionBody, Parser, Payload, TypeRef, ValType,
-    Validator, WasmFeatures,
 };
 
 use super::Problem;
@@ -45,13 +44,7 @@ pub fn check_module(wasm: &[u8]) -> Result<ModuleFacts, Vec<Problem>> {
     }
     let mut problems = Vec::new();
     let shape = Shape::read(wasm);
-    match Validator::new_with_features(WasmFeatures::all()).validate_all(wasm) {
-        Ok(_) => problems.extend(features::refused(wasm, &shape.bodies)),
-        Err(error) => problems.push(Problem::new(
-            "module.invalid",
-            format!("module.wasm is not valid WebAssembly: {error}"),
-        )),
-    }
+    problems.extend(features::check(wasm, &shape.bodies));
     check_exports(&shape, &mut problems);
     check_imports(&shape, &mut problems);
     if problems.is_empty() {
@@ -297,7 +290,7 @@ fn check_imports(shape: &Shape, problems: &mut Vec<Problem>) {
             Some(Some(declared)) => problems.push(Problem::new(
                 "import.signature",
                 format!(
-                    "the import {module}.{name} has the wrong signature: {module}.{name} expects {}, the module declares {}",
+                    "the import {module}.{name} expects {}, the module declares {}",
                     expected.show(),
                     declared.show()
                 ),

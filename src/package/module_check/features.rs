@@ -7,7 +7,7 @@
 //! points at an instruction, the problem names the instruction too, as
 //! "uses tail calls (return_call), which ABI 1 does not allow".
 //!
-//! This module assumes the module is valid with every feature on; the caller checks that.
+//! A module that is not valid even with every feature on is reported invalid instead.
 
 use wasmparser::{FunctionBody, Validator, WasmFeatures};
 
@@ -24,16 +24,13 @@ const REFUSED: &[(WasmFeatures, &str)] = &[
         WasmFeatures::SHARED_EVERYTHING_THREADS,
         "shared-everything threads",
     ),
-    (
-        WasmFeatures::LEGACY_EXCEPTIONS,
-        "legacy exceptions (try/catch)",
-    ),
+    (WasmFeatures::LEGACY_EXCEPTIONS, "legacy exceptions"),
     (WasmFeatures::EXCEPTIONS, "exceptions"),
     (WasmFeatures::TAIL_CALL, "tail calls"),
     (WasmFeatures::MEMORY64, "memory64"),
     (WasmFeatures::MULTI_MEMORY, "multiple memories"),
     (WasmFeatures::RELAXED_SIMD, "relaxed SIMD"),
-    (WasmFeatures::GC, "garbage collection (GC)"),
+    (WasmFeatures::GC, "garbage collection"),
     (
         WasmFeatures::FUNCTION_REFERENCES,
         "typed function references",
@@ -51,9 +48,27 @@ const REFUSED: &[(WasmFeatures, &str)] = &[
     (WasmFeatures::COMPONENT_MODEL, "the component model"),
 ];
 
-/// One problem per feature outside WebAssembly 2.0 that `wasm` needs. `bodies` are the
-/// module's function bodies, to name the instruction a failure points at.
-pub(super) fn refused(wasm: &[u8], bodies: &[FunctionBody]) -> Vec<Problem> {
+/// Validates `wasm`: nothing when it is valid WebAssembly 2.0, one `module.invalid` problem
+/// when it is not valid even with every feature on, and otherwise one problem per feature
+/// outside WebAssembly 2.0 that it needs. `bodies` are the module's function bodies, to name
+/// the instruction a failure points at.
+pub(super) fn check(wasm: &[u8], bodies: &[FunctionBody]) -> Vec<Problem> {
+    // Most modules are plain WebAssembly 2.0: one validation settles them.
+    if validate(wasm, ALLOWED).is_ok() {
+        return Vec::new();
+    }
+    match validate(wasm, WasmFeatures::all()) {
+        Ok(()) => refused(wasm, bodies),
+        Err(error) => vec![Problem::new(
+            "module.invalid",
+            format!("module.wasm is not valid WebAssembly: {error}"),
+        )],
+    }
+}
+
+/// One problem per feature outside WebAssembly 2.0 that `wasm`, valid with every feature on,
+/// needs.
+fn refused(wasm: &[u8], bodies: &[FunctionBody]) -> Vec<Problem> {
     let mut enabled = ALLOWED;
     let mut problems = Vec::new();
     // Each round enables one more feature, so this ends after at most one round per feature.
@@ -72,7 +87,7 @@ pub(super) fn refused(wasm: &[u8], bodies: &[FunctionBody]) -> Vec<Problem> {
             return problems;
         };
         let detail = instruction_at(bodies, error.offset())
-            .unwrap_or_else(|| format!("{} at offset {:#x}", error.message(), error.offset()));
+            .unwrap_or_else(|| format!("{}, at offset {:#x}", error.message(), error.offset()));
         problems.push(Problem::new(
             "module.feature",
             format!("the module uses {name} ({detail}), which ABI 1 does not allow"),
@@ -177,6 +192,16 @@ mod tests {
             .into_iter()
             .map(|p| p.message)
             .collect()
+    }
+
+    #[test]
+    fn a_module_invalid_under_every_feature_is_reported_invalid() {
+        let wasm = wat::parse_str("(module (func (result i32)))").unwrap();
+        let found = check(&wasm, &[]);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].rule, "module.invalid");
+        let plain = wat::parse_str("(module (func (drop (i32.const 1))))").unwrap();
+        assert_eq!(check(&plain, &[]), Vec::new());
     }
 
     #[test]
