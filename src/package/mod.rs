@@ -1,1 +1,322 @@
-//! (being written)
+//! Reading a Subako ABI 1 package and checking it statically, without running it.
+//!
+//! A package is a folder, or a gzip-compressed tar archive of one (`.tar.gz` / `.tgz`; the files
+//! sit at the archive's root or inside a single top-level folder). It holds:
+//!
+//! - `subako-package.json`, the manifest (see [`manifest`] for its rules);
+//! - `module.wasm` beside it, a WebAssembly core module of at most 64 MiB (see [`module_check`]);
+//! - optionally `assets/`, a folder mounted read-only as `/package` when the module runs. A
+//!   symbolic link inside it that resolves outside the package, or to nothing, is refused.
+//!
+//! [`load`] reads and checks all of it and reports **every** problem it finds at once, as a
+//! [`Refusal`] made of [`Problem`]s with stable rule ids; a failure to read the package at all
+//! (the path does not exist, a disk error) is an I/O error instead. An archive is extracted,
+//! defensively (see [`archive`]), into a temporary folder that lives as long as the [`Package`].
+//!
+//! This module does not run the module, discover its tools (that is upload's job, which then
+//! applies [`tools::validate_tools`]), compile it, or store it.
+
+pub mod archive;
+mod assets;
+pub mod manifest;
+pub mod module_check;
+pub mod tools;
+
+use std::fmt;
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use tempfile::TempDir;
+
+pub use manifest::Manifest;
+pub use module_check::{check_module, ModuleFacts};
+pub use tools::{validate_tools, Tool, ToolRuleError};
+
+/// The manifest's file name inside a package.
+pub const MANIFEST_FILE: &str = "subako-package.json";
+/// The module's file name inside a package.
+pub const MODULE_FILE: &str = "module.wasm";
+/// The optional assets folder's name inside a package.
+pub const ASSETS_DIR: &str = "assets";
+/// The largest module accepted, in bytes.
+pub const MAX_MODULE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// One reason a package is refused.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    /// A stable id of the rule that was broken, such as `"manifest.abi"` or `"import.unknown"`.
+    pub rule: &'static str,
+    /// What was wrong, in words an operator can act on.
+    pub message: String,
+}
+
+impl Problem {
+    /// A problem breaking `rule`.
+    pub fn new(rule: &'static str, message: impl Into<String>) -> Self {
+        Problem {
+            rule,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.rule, self.message)
+    }
+}
+
+/// Every problem that made a package unacceptable. Never empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (index, problem) in self.problems.iter().enumerate() {
+            if index > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{problem}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// Why [`load`] gave no package.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The package could not be read at all.
+    #[error("cannot read {}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// The package was read and is not acceptable.
+    #[error("the package was refused:\n{0}")]
+    Refused(Refusal),
+}
+
+impl LoadError {
+    fn io(path: &Path, source: io::Error) -> Self {
+        LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    fn refused(problems: Vec<Problem>) -> Self {
+        LoadError::Refused(Refusal { problems })
+    }
+}
+
+/// A package that passed every static check.
+pub struct Package {
+    pub manifest: Manifest,
+    /// The folder holding the manifest (inside a temporary folder for an archive).
+    pub root: PathBuf,
+    /// The module's bytes.
+    pub wasm: Vec<u8>,
+    /// The assets folder, if the package has one.
+    pub assets: Option<PathBuf>,
+    /// The SHA-256 of the module's bytes, in lowercase hex.
+    pub module_sha256: String,
+    /// Whether the module uses 128-bit SIMD (which the singlepass compiler cannot compile).
+    pub uses_simd: bool,
+    /// Keeps an extracted archive on disk for as long as the package lives.
+    _extracted: Option<TempDir>,
+}
+
+impl fmt::Debug for Package {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Package")
+            .field("manifest", &self.manifest)
+            .field("root", &self.root)
+            .field("wasm_bytes", &self.wasm.len())
+            .field("assets", &self.assets)
+            .field("module_sha256", &self.module_sha256)
+            .field("uses_simd", &self.uses_simd)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads the package at `path` (a folder or a `.tar.gz`/`.tgz` archive) and checks everything
+/// that can be checked without running it.
+pub fn load(path: &Path) -> Result<Package, LoadError> {
+    let metadata = fs::metadata(path).map_err(|source| LoadError::io(path, source))?;
+    let (root, extracted) = if metadata.is_dir() {
+        (path.to_path_buf(), None)
+    } else {
+        let temp = TempDir::new().map_err(|source| LoadError::io(path, source))?;
+        let root = archive::extract(path, temp.path()).map_err(|error| match error {
+            archive::ExtractError::Io { path, source } => LoadError::Io { path, source },
+            archive::ExtractError::Refused(problems) => LoadError::refused(problems),
+        })?;
+        (root, Some(temp))
+    };
+
+    let mut problems = Vec::new();
+    let manifest = read_manifest(&root, &mut problems)?;
+    let wasm = read_module(&root, &mut problems)?;
+    let uses_simd = match wasm.as_deref().map(check_module) {
+        Some(Ok(facts)) => facts.uses_simd,
+        Some(Err(found)) => {
+            problems.extend(found);
+            false
+        }
+        None => false,
+    };
+    let assets = assets::check(&root, &mut problems)?;
+
+    match (manifest, wasm) {
+        (Some(manifest), Some(wasm)) if problems.is_empty() => Ok(Package {
+            manifest,
+            root,
+            module_sha256: hex::encode(Sha256::digest(&wasm)),
+            wasm,
+            assets,
+            uses_simd,
+            _extracted: extracted,
+        }),
+        _ => Err(LoadError::refused(problems)),
+    }
+}
+
+fn read_manifest(root: &Path, problems: &mut Vec<Problem>) -> Result<Option<Manifest>, LoadError> {
+    let path = root.join(MANIFEST_FILE);
+    let bytes = match read_limited(&path, manifest::MAX_MANIFEST_BYTES) {
+        Ok(Limited::Read(bytes)) => bytes,
+        Ok(Limited::Missing) => {
+            problems.push(Problem::new(
+                "manifest.missing",
+                format!("the package has no {MANIFEST_FILE}"),
+            ));
+            return Ok(None);
+        }
+        Ok(Limited::TooLarge(size)) => {
+            problems.push(Problem::new(
+                "manifest.size",
+                format!(
+                    "{MANIFEST_FILE} is {size} bytes; at most {} are allowed",
+                    manifest::MAX_MANIFEST_BYTES
+                ),
+            ));
+            return Ok(None);
+        }
+        Err(source) => return Err(LoadError::io(&path, source)),
+    };
+    match manifest::parse(&bytes) {
+        Ok(manifest) => Ok(Some(manifest)),
+        Err(found) => {
+            problems.extend(found);
+            Ok(None)
+        }
+    }
+}
+
+fn read_module(root: &Path, problems: &mut Vec<Problem>) -> Result<Option<Vec<u8>>, LoadError> {
+    let path = root.join(MODULE_FILE);
+    match read_limited(&path, MAX_MODULE_BYTES) {
+        Ok(Limited::Read(bytes)) => Ok(Some(bytes)),
+        Ok(Limited::Missing) => {
+            problems.push(Problem::new(
+                "module.missing",
+                format!("the package has no {MODULE_FILE} beside {MANIFEST_FILE}"),
+            ));
+            Ok(None)
+        }
+        Ok(Limited::TooLarge(size)) => {
+            problems.push(Problem::new(
+                "module.size",
+                format!("{MODULE_FILE} is {size} bytes; at most {MAX_MODULE_BYTES} (64 MiB) are allowed"),
+            ));
+            Ok(None)
+        }
+        Err(source) => Err(LoadError::io(&path, source)),
+    }
+}
+
+enum Limited {
+    Read(Vec<u8>),
+    Missing,
+    TooLarge(u64),
+}
+
+/// Reads a regular file of at most `limit` bytes. A file that grows while it is read is still
+/// cut at `limit + 1` bytes, so the limit holds whatever the metadata said.
+fn read_limited(path: &Path, limit: u64) -> io::Result<Limited> {
+    let metadata = match fs::metadata(path) {
+        Ok(metadata) if metadata.is_file() => metadata,
+        Ok(_) => return Ok(Limited::Missing),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Limited::Missing),
+        Err(error) => return Err(error),
+    };
+    if metadata.len() > limit {
+        return Ok(Limited::TooLarge(metadata.len()));
+    }
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    fs::File::open(path)?
+        .take(limit + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Ok(Limited::TooLarge(bytes.len() as u64));
+    }
+    Ok(Limited::Read(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_shows_one_problem_per_line() {
+        let refusal = Refusal {
+            problems: vec![
+                Problem::new("manifest.abi", "abi must be the number 1"),
+                Problem::new("export.start", "the module does not export _start"),
+            ],
+        };
+        assert_eq!(
+            refusal.to_string(),
+            "manifest.abi: abi must be the number 1\nexport.start: the module does not export _start"
+        );
+    }
+
+    #[test]
+    fn a_missing_path_is_an_io_error_not_a_refusal() {
+        let temp = TempDir::new().unwrap();
+        let error = load(&temp.path().join("nothing-here")).unwrap_err();
+        assert!(matches!(error, LoadError::Io { .. }), "{error:?}");
+    }
+
+    #[test]
+    fn a_file_over_the_limit_is_not_read() {
+        let temp = TempDir::new().unwrap();
+        let path = temp.path().join("big");
+        fs::write(&path, vec![0u8; 11]).unwrap();
+        assert!(matches!(
+            read_limited(&path, 10).unwrap(),
+            Limited::TooLarge(11)
+        ));
+        assert!(matches!(read_limited(&path, 11).unwrap(), Limited::Read(b) if b.len() == 11));
+        assert!(matches!(
+            read_limited(&temp.path().join("absent"), 10).unwrap(),
+            Limited::Missing
+        ));
+    }
+
+    #[test]
+    fn problems_serialize_with_their_rule_and_message() {
+        let json = serde_json::to_value(Problem::new("module.size", "too big")).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"rule": "module.size", "message": "too big"})
+        );
+    }
+}
