@@ -58,7 +58,8 @@ mod tests {
 
     #[test]
     fn conversion_to_serde_keeps_every_kind_of_value() {
-        let mut text = br#"{"a":[null,true,-3,18446744073709551615,2.5,"x\u00e9"],"b":{}}"#.to_vec();
+        let mut text =
+            br#"{"a":[null,true,-3,18446744073709551615,2.5,"x\u00e9"],"b":{}}"#.to_vec();
         let value = simd_json::to_borrowed_value(&mut text).unwrap();
         assert_eq!(
             to_serde(&value),
@@ -73,7 +74,15 @@ mod tests {
         let names: Vec<_> = value.as_array().unwrap().iter().map(type_name).collect();
         assert_eq!(
             names,
-            ["a number", "a string", "an object", "an array", "null", "a boolean", "a number"]
+            [
+                "a number",
+                "a string",
+                "an object",
+                "an array",
+                "null",
+                "a boolean",
+                "a number"
+            ]
         );
     }
 

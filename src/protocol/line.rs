@@ -119,9 +119,7 @@ pub fn parse_line<'a>(
         return Err(not_jsonrpc("neither a \"method\" nor an \"id\""));
     };
     let id_matches = match id {
-        BorrowedValue::String(_) | BorrowedValue::Static(StaticNode::Null) => {
-            id_is(id, expected)
-        }
+        BorrowedValue::String(_) | BorrowedValue::Static(StaticNode::Null) => id_is(id, expected),
         v if v.is_number() => id_is(v, expected),
         other => {
             return Err(not_jsonrpc(format!(
@@ -150,7 +148,9 @@ pub fn parse_line<'a>(
     if has_error {
         let error = message.get("error");
         let code = error.and_then(|e| e.get("code")).and_then(|c| c.as_i64());
-        let text = error.and_then(|e| e.get("message")).and_then(|m| m.as_str());
+        let text = error
+            .and_then(|e| e.get("message"))
+            .and_then(|m| m.as_str());
         return match (code, text) {
             (Some(code), Some(text)) => Ok(Line::Answer(Answer::Error {
                 code,
@@ -163,7 +163,9 @@ pub fn parse_line<'a>(
     }
     match message.remove("result") {
         Some(result) => Ok(Line::Answer(Answer::Result(result))),
-        None => Err(not_jsonrpc("a response with neither \"result\" nor \"error\"")),
+        None => Err(not_jsonrpc(
+            "a response with neither \"result\" nor \"error\"",
+        )),
     }
 }
 
@@ -237,7 +239,8 @@ mod tests {
 
     #[test]
     fn a_message_without_id_is_a_notification() {
-        let line = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info"}}"#;
+        let line =
+            r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info"}}"#;
         assert_eq!(sort(line, Some(&call_id())).unwrap(), "notification");
         assert_eq!(sort(line, None).unwrap(), "notification");
     }
@@ -306,7 +309,8 @@ mod tests {
 
     #[test]
     fn a_jsonrpc_error_is_an_answer_with_code_and_message() {
-        let line = r#"{"jsonrpc":"2.0","id":"call-1","error":{"code":-32601,"message":"no such tool"}}"#;
+        let line =
+            r#"{"jsonrpc":"2.0","id":"call-1","error":{"code":-32601,"message":"no such tool"}}"#;
         assert_eq!(
             sort(line, Some(&call_id())).unwrap(),
             "error -32601 no such tool"
@@ -353,7 +357,8 @@ mod tests {
     #[test]
     fn a_response_must_hold_exactly_one_of_result_and_error() {
         assert!(not_jsonrpc_message(r#"{"jsonrpc":"2.0","id":"call-1"}"#).contains("neither"));
-        let both = r#"{"jsonrpc":"2.0","id":"call-1","result":{},"error":{"code":1,"message":"m"}}"#;
+        let both =
+            r#"{"jsonrpc":"2.0","id":"call-1","result":{},"error":{"code":1,"message":"m"}}"#;
         assert!(not_jsonrpc_message(both).contains("both"));
         assert!(not_jsonrpc_message(r#"{"jsonrpc":"2.0","result":{}}"#).contains("neither"));
     }

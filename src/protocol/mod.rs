@@ -32,17 +32,16 @@
 //! ```
 
 pub mod discovery;
+mod image;
 mod json;
 pub mod line;
 pub mod request;
 pub mod result;
 pub mod volume;
 
-
 pub use line::{parse_line, Answer, Line, LineError, MAX_NESTING};
 pub use request::{discover_line, tools_call_line, tools_list_line, RequestId};
-
-
-
+pub use result::{call_result, CallResult, ResultError, ShownBlock};
+pub use volume::{read_volume_link, MAX_VOLUME_IMAGE_BYTES};
 /// The MCP revision every request names in its `_meta`.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";

@@ -155,7 +155,11 @@ mod tests {
     use serde_json::{json, Value};
 
     fn parse(line: &[u8]) -> Value {
-        assert_eq!(line.last(), Some(&b'\n'), "a request line ends in a newline");
+        assert_eq!(
+            line.last(),
+            Some(&b'\n'),
+            "a request line ends in a newline"
+        );
         assert!(
             !line[..line.len() - 1].contains(&b'\n'),
             "a request is one line"
