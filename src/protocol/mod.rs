@@ -18,17 +18,20 @@
 //! the tool rules of discovery (names, sizes); it only hands the tools over.
 //!
 //! ```
-//! use hako::protocol::{parse_line, tools_call_line, Answer, Line, RequestId};
+//! use hako::protocol::{call_result, parse_line, tools_call_line, Answer, Line, RequestId, ShownBlock};
 //!
 //! let id = RequestId::fresh("call");
 //! let request = tools_call_line(&id, "greet", &serde_json::json!({"name": "Ada"}));
 //! assert!(request.ends_with(b"\n"));
 //!
-//! let mut answer = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#.to_vec();
-//! match parse_line(&mut answer, Some(&RequestId::Num(1))) {
-//!     Ok(Line::Answer(Answer::Result(_))) => {}
-//!     _ => panic!("a result with the expected id is an answer"),
-//! }
+//! let mut answer =
+//!     br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"Hi"}]}}"#.to_vec();
+//! let Ok(Line::Answer(Answer::Result(result))) = parse_line(&mut answer, Some(&RequestId::Num(1)))
+//! else {
+//!     panic!("a result with the expected id is the answer");
+//! };
+//! let shown = call_result(&result).expect("a CallToolResult");
+//! assert_eq!(shown.content, [ShownBlock::Text { text: "Hi".into() }]);
 //! ```
 
 pub mod discovery;
@@ -39,9 +42,11 @@ pub mod request;
 pub mod result;
 pub mod volume;
 
+pub use discovery::{discover_result, tools_list_page, DiscoveryError};
 pub use line::{parse_line, Answer, Line, LineError, MAX_NESTING};
 pub use request::{discover_line, tools_call_line, tools_list_line, RequestId};
 pub use result::{call_result, CallResult, ResultError, ShownBlock};
 pub use volume::{read_volume_link, MAX_VOLUME_IMAGE_BYTES};
+
 /// The MCP revision every request names in its `_meta`.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";
