@@ -111,7 +111,7 @@ pub fn discover(
         skills: Vec::new(),
     };
     let network = Network {
-        policy: Arc::new(crate::http::PackagePolicy::deny_all()),
+        policy: Arc::new(crate::http::PackagePolicy::default()),
         broker: Arc::new(crate::http::NoBroker),
     };
     let conversation = DiscoveryConversation {

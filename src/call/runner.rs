@@ -123,7 +123,7 @@ impl Drop for VolumeDir {
 }
 
 /// The engine-neutral host of one run: WASI for the sandbox, `subako_http` for HTTP.
-struct CallHost<C> {
+struct CallHost<C: Conversation> {
     wasi: Wasi<Session<C>>,
     http: HttpImports,
 }

@@ -63,7 +63,7 @@ pub enum StoreError {
     Malformed { path: PathBuf, reason: String },
 }
 
-fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
     move |source| StoreError::Io {
         action,
         path: path.to_path_buf(),
