@@ -7,8 +7,13 @@
 //! - is anything but a regular file or a folder: symbolic links, hard links, devices, fifos and
 //!   sparse files are refused (rule `archive.entry_type`), so nothing extracted can point
 //!   elsewhere;
-//! - would make the archive hold more than [`MAX_ENTRIES`] entries or unpack to more than
-//!   [`MAX_UNPACKED_BYTES`] bytes (rule `archive.too_large`), which stops extraction at once.
+//! - would make the archive hold more than [`MAX_ENTRIES`] entries or more than
+//!   [`MAX_UNPACKED_BYTES`] bytes of entry data, skipped entries included (rule
+//!   `archive.too_large`), which stops reading at once;
+//! - collides with another entry, such as a file where a folder must go (rule
+//!   `archive.conflict`).
+//!
+//! An archive that is not gzip and tar at all is refused as `archive.invalid`.
 //!
 //! Entries are written by this module itself (never with `tar`'s own unpacking) below a folder
 //! the caller owns, with default permissions. The package root is that folder when the
@@ -17,7 +22,7 @@
 //! This module does not check the package's contents; [`super::load`] does that next.
 
 use std::fs;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
 
 use tar::EntryType;
@@ -82,10 +87,6 @@ fn unpack(reader: impl Read, dest: &Path, problems: &mut Vec<Problem>) -> Result
     let mut bytes_left = MAX_UNPACKED_BYTES;
     for entry in archive.entries().map_err(Unpack::Malformed)? {
         let mut entry = entry.map_err(Unpack::Malformed)?;
-        let entry_type = entry.header().entry_type();
-        if entry_type == EntryType::XGlobalHeader {
-            continue;
-        }
         entries_seen += 1;
         if entries_seen > MAX_ENTRIES {
             problems.push(Problem::new(
@@ -93,6 +94,21 @@ fn unpack(reader: impl Read, dest: &Path, problems: &mut Vec<Problem>) -> Result
                 format!("the archive holds more than {MAX_ENTRIES} entries"),
             ));
             return Ok(());
+        }
+        // Every entry's data counts, even one that is skipped or refused, since reading past
+        // it still means decompressing it.
+        let size = entry.size();
+        if size > bytes_left {
+            problems.push(Problem::new(
+                "archive.too_large",
+                format!("the archive unpacks to more than {MAX_UNPACKED_BYTES} bytes"),
+            ));
+            return Ok(());
+        }
+        bytes_left -= size;
+        let entry_type = entry.header().entry_type();
+        if entry_type == EntryType::XGlobalHeader {
+            continue;
         }
         let raw_path = entry.path().map_err(Unpack::Malformed)?.into_owned();
         let shown = raw_path.display().to_string();
@@ -120,27 +136,53 @@ fn unpack(reader: impl Read, dest: &Path, problems: &mut Vec<Problem>) -> Result
             continue;
         }
         let target = dest.join(&relative);
-        if entry_type == EntryType::Directory {
-            fs::create_dir_all(&target).map_err(|error| Unpack::Io(target.clone(), error))?;
-            continue;
-        }
-        if entry.size() > bytes_left {
+        let written = if entry_type == EntryType::Directory {
+            fs::create_dir_all(&target)
+        } else {
+            write_file(&mut entry, &target)?
+        };
+        if let Err(error) = written {
+            if !is_layout_conflict(&error) {
+                return Err(Unpack::Io(target, error));
+            }
             problems.push(Problem::new(
-                "archive.too_large",
-                format!("the archive unpacks to more than {MAX_UNPACKED_BYTES} bytes"),
+                "archive.conflict",
+                format!("the entry {shown:?} cannot be written where the archive puts it: {error}"),
             ));
-            return Ok(());
         }
-        if let Some(parent) = target.parent() {
-            fs::create_dir_all(parent).map_err(|error| Unpack::Io(parent.to_path_buf(), error))?;
-        }
-        let mut out =
-            fs::File::create(&target).map_err(|error| Unpack::Io(target.clone(), error))?;
-        let written =
-            io::copy(&mut (&mut entry).take(bytes_left), &mut out).map_err(Unpack::Malformed)?;
-        bytes_left -= written;
     }
     Ok(())
+}
+
+/// Writes one file entry. The outer error is the archive's (reading it failed); the inner one
+/// is the destination's.
+fn write_file(entry: &mut impl Read, target: &Path) -> Result<io::Result<()>, Unpack> {
+    let mut out = match target.parent().map(fs::create_dir_all).transpose() {
+        Ok(_) => match fs::File::create(target) {
+            Ok(out) => out,
+            Err(error) => return Ok(Err(error)),
+        },
+        Err(error) => return Ok(Err(error)),
+    };
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let read = entry.read(&mut buffer).map_err(Unpack::Malformed)?;
+        if read == 0 {
+            return Ok(Ok(()));
+        }
+        if let Err(error) = out.write_all(&buffer[..read]) {
+            return Ok(Err(error));
+        }
+    }
+}
+
+/// Whether writing failed because the archive's own entries collide (a file where a folder
+/// must go, or the reverse) rather than because of the disk.
+fn is_layout_conflict(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::AlreadyExists | io::ErrorKind::NotADirectory | io::ErrorKind::IsADirectory
+    )
 }
 
 /// The path with `.` components dropped, or `None` if it is absolute or climbs with `..`.
@@ -186,7 +228,6 @@ fn package_root(dest: &Path) -> io::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
     use tempfile::TempDir;
 
     /// Builds a .tar.gz from raw entries, writing paths straight into the header so that the
@@ -304,6 +345,15 @@ mod tests {
         builder.get_mut().write_all(header.as_bytes()).unwrap();
         builder.into_inner().unwrap().finish().unwrap();
         assert_eq!(refused_rules(&path), ["archive.too_large"]);
+    }
+
+    #[test]
+    fn a_file_where_a_folder_must_go_is_a_conflict() {
+        let (_keep, path) = archive(&[
+            ("a", EntryType::Regular, b"file"),
+            ("a/b", EntryType::Regular, b"under a file"),
+        ]);
+        assert_eq!(refused_rules(&path), ["archive.conflict"]);
     }
 
     #[test]

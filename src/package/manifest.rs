@@ -238,8 +238,8 @@ mod tests {
         assert!(is_valid_name(&"x".repeat(64)));
         assert!(!is_valid_name(&"x".repeat(65)));
         assert!(!is_valid_name(""));
-        assert!(!is_valid_name("-lead"));
-        assert!(!is_valid_name("_lead"));
+        assert!(!is_valid_name("-dash"));
+        assert!(!is_valid_name("_under"));
         assert!(!is_valid_name("Upper"));
         assert!(!is_valid_name("dot.ted"));
         assert!(!is_valid_name("../x"));

@@ -8,8 +8,7 @@
 //!   multi-value, sign extension, non-trapping float-to-int and 128-bit SIMD. Every other
 //!   feature (threads and shared memory, exceptions, tail calls, memory64, multiple memories,
 //!   relaxed SIMD, GC, typed function references, extended constants, …) is refused naming the
-//!   feature and, when an instruction needs it, the instruction (`module.feature`; see
-//!   [`features`]);
+//!   feature and, when an instruction needs it, the instruction (`module.feature`);
 //! - it exports `_start` as a function of type `[] -> []` (`export.start`) and its linear
 //!   memory as `memory` (`export.memory`);
 //! - every import is a function from the ABI's table, [`hako_engine_api::Import`], with
