@@ -165,3 +165,9 @@ fn write(path: &Path, bytes: &[u8]) {
         panic!("cannot write {}: {error}", path.display());
     }
 }
+pub mod host;
+
+/// The committed example module's bytes.
+pub fn greet_wasm() -> Vec<u8> {
+    std::fs::read(greet_package_dir().join("module.wasm")).expect("examples/greet/module.wasm is committed")
+}

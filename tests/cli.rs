@@ -1,0 +1,221 @@
+//! The command line as an operator uses it: the exit statuses of DESIGN.md (0 answered,
+//! 1 refused, 2 usage, 3 crashed), `--json` outcomes, upload then call by name, and a call on
+//! a package that was never uploaded compiling on the fly and saying so.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::{json, Value};
+
+fn hako(store: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hako"))
+        .args(args)
+        .env("HAKO_STORE", store)
+        .output()
+        .expect("hako runs")
+}
+
+fn status(output: &Output) -> i32 {
+    output.status.code().expect("hako exits with a status")
+}
+
+fn stdout_json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+        panic!(
+            "stdout is not JSON ({err}): {}\nstderr: {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+fn path(dir: &Path) -> &str {
+    dir.to_str().expect("temp paths are UTF-8")
+}
+
+#[test]
+fn check_exits_zero_for_a_valid_package_and_one_for_a_refused_one() {
+    let store = tempfile::tempdir().unwrap();
+    let greet = support::greet_package_dir();
+    assert_eq!(status(&hako(store.path(), &["check", path(&greet)])), 0);
+
+    let bad = support::module_package("bad", b"not wasm at all");
+    let output = hako(store.path(), &["check", path(bad.path()), "--json"]);
+    assert_eq!(status(&output), 1);
+    let verdict = stdout_json(&output);
+    assert_eq!(verdict["valid"], json!(false));
+    assert!(!verdict["problems"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn a_call_on_a_folder_compiles_on_the_fly_and_says_so() {
+    let store = tempfile::tempdir().unwrap();
+    let greet = support::greet_package_dir();
+    let output = hako(
+        store.path(),
+        &["call", path(&greet), "greet", r#"{"name":"Ada"}"#, "--json"],
+    );
+    assert_eq!(status(&output), 0, "{}", String::from_utf8_lossy(&output.stderr));
+    let outcome = stdout_json(&output);
+    assert_eq!(outcome["outcome"], "ok");
+    assert_eq!(outcome["result"]["structuredContent"], json!({"message": "Hello, Ada!"}));
+    assert_eq!(outcome["stats"]["compiled"], json!(true));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("compiled"));
+
+    // The artifact is kept: the next call loads it.
+    let again = hako(store.path(), &["call", path(&greet), "greet", r#"{"name":"Ada"}"#, "--json"]);
+    assert_eq!(stdout_json(&again)["stats"]["compiled"], json!(false));
+}
+
+#[test]
+fn upload_then_tools_then_call_by_name() {
+    let store = tempfile::tempdir().unwrap();
+    let greet = support::greet_package_dir();
+    let upload = hako(
+        store.path(),
+        &["upload", path(&greet), "--compiler", "singlepass", "--compiler", "cranelift", "--json"],
+    );
+    assert_eq!(status(&upload), 0, "{}", String::from_utf8_lossy(&upload.stderr));
+    assert_eq!(stdout_json(&upload)["tools"], json!(["greet"]));
+
+    let tools = hako(store.path(), &["tools", "greet"]);
+    assert_eq!(status(&tools), 0);
+    assert_eq!(stdout_json(&tools)[0]["name"], "greet");
+
+    for compiler in ["singlepass", "cranelift"] {
+        let call = hako(
+            store.path(),
+            &["call", "greet", "greet", r#"{"name":"Bo"}"#, "--compiler", compiler, "--json"],
+        );
+        assert_eq!(status(&call), 0);
+        let outcome = stdout_json(&call);
+        assert_eq!(outcome["stats"]["compiled"], json!(false), "{compiler}");
+        assert_eq!(outcome["result"]["structuredContent"]["message"], "Hello, Bo!");
+    }
+    // Uploading the same version again changes nothing.
+    let again = hako(store.path(), &["upload", path(&greet), "--json"]);
+    assert_eq!(status(&again), 0);
+    assert_eq!(stdout_json(&again)["stored"], json!(false));
+}
+
+#[test]
+fn an_is_error_answer_exits_zero_and_a_crash_exits_three() {
+    let store = tempfile::tempdir().unwrap();
+    let greet = support::greet_package_dir();
+    let answered = hako(store.path(), &["call", path(&greet), "greet", r#"{"name":""}"#, "--json"]);
+    assert_eq!(status(&answered), 0);
+    assert_eq!(stdout_json(&answered)["result"]["isError"], json!(true));
+
+    let fixture = support::fixture_package("fixture", None);
+    let crashed = hako(
+        store.path(),
+        &["call", path(fixture.path()), "stderr_then_trap", r#"{"text":"last words"}"#, "--json"],
+    );
+    assert_eq!(status(&crashed), 3);
+    let outcome = stdout_json(&crashed);
+    assert_eq!(outcome["outcome"], "crashed");
+    assert_eq!(outcome["crash"]["kind"], "trap");
+    assert!(outcome["stderr"].as_str().unwrap().contains("last words"));
+}
+
+#[test]
+fn limits_from_flags_reach_the_call() {
+    let store = tempfile::tempdir().unwrap();
+    let fixture = support::fixture_package("fixture", None);
+    let timeout = hako(store.path(), &["call", path(fixture.path()), "spin", "--timeout", "200", "--json"]);
+    assert_eq!(status(&timeout), 3);
+    assert_eq!(stdout_json(&timeout)["crash"]["kind"], "timeout");
+
+    let memory = hako(store.path(), &["call", path(fixture.path()), "oom", "--memory", "16", "--json"]);
+    assert_eq!(status(&memory), 3);
+    assert_eq!(stdout_json(&memory)["crash"]["kind"], "out_of_memory");
+
+    let budget = hako(
+        store.path(),
+        &["call", path(fixture.path()), "write_file", r#"{"path":"/volume/tmp/f","bytes":100}"#, "--write-budget", "10", "--json"],
+    );
+    assert_eq!(status(&budget), 0);
+    let text = stdout_json(&budget)["result"]["content"][0]["text"].as_str().unwrap().to_string();
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["errno"], json!(19));
+}
+
+#[test]
+fn volume_data_and_skill_flags_mount_folders() {
+    let store = tempfile::tempdir().unwrap();
+    let fixture = support::fixture_package("fixture", None);
+    let (volume, data, skill) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let output = hako(
+        store.path(),
+        &[
+            "call", path(fixture.path()), "preopens", "--json",
+            "--volume", path(volume.path()),
+            "--data", path(data.path()),
+            "--skill", &format!("notes={}", path(skill.path())),
+        ],
+    );
+    assert_eq!(status(&output), 0);
+    let text = stdout_json(&output)["result"]["content"][0]["text"].as_str().unwrap().to_string();
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap(),
+        json!(["/volume/tmp", "/volume/data", "/skills", "/skills/notes"])
+    );
+}
+
+#[test]
+fn allow_host_and_policy_flags_reach_the_broker() {
+    let store = tempfile::tempdir().unwrap();
+    let fixture = support::fixture_package("fixture", None);
+    let request = r#"{"request":{"url":"https://api.example.com/"}}"#;
+    let denied = hako(store.path(), &["call", path(fixture.path()), "http", request, "--json"]);
+    assert!(String::from_utf8_lossy(&denied.stdout).contains("host_not_allowed"));
+
+    let allowed = hako(
+        store.path(),
+        &["call", path(fixture.path()), "http", request, "--allow-host", "api.example.com", "--json"],
+    );
+    assert!(String::from_utf8_lossy(&allowed.stdout).contains("connection"));
+
+    let policy_dir = tempfile::tempdir().unwrap();
+    let policy = policy_dir.path().join("policy.toml");
+    std::fs::write(&policy, "[packages.fixture]\nallow_hosts = [\"*.example.com\"]\n").unwrap();
+    let by_policy = hako(
+        store.path(),
+        &["call", path(fixture.path()), "http", request, "--policy", path(&policy), "--json"],
+    );
+    assert!(String::from_utf8_lossy(&by_policy.stdout).contains("connection"));
+
+    std::fs::write(&policy, "[packages.fixture]\nallow_hostz = []\n").unwrap();
+    let typo = hako(store.path(), &["call", path(fixture.path()), "http", request, "--policy", path(&policy)]);
+    assert_eq!(status(&typo), 2);
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("allow_hostz"));
+}
+
+#[test]
+fn usage_errors_exit_two() {
+    let store = tempfile::tempdir().unwrap();
+    let greet = support::greet_package_dir();
+    for args in [
+        vec!["call", path(&greet), "greet", "[1]"],
+        vec!["call", path(&greet), "greet", "{not json"],
+        vec!["call", "no-such-package", "greet"],
+        vec!["call", path(&greet), "greet", "--compiler", "v8"],
+        vec!["call", path(&greet), "greet", "--skill", "Bad Name=/tmp"],
+        vec!["frobnicate"],
+    ] {
+        let output = hako(store.path(), &args);
+        assert_eq!(status(&output), 2, "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    }
+}
+
+#[test]
+fn a_refused_upload_exits_one_and_names_the_rule() {
+    let store = tempfile::tempdir().unwrap();
+    let fixture = support::fixture_package("fixture", Some(json!({"tools": [{"name": "Bad Name", "inputSchema": {"type": "object"}}]})));
+    let output = hako(store.path(), &["upload", path(fixture.path())]);
+    assert_eq!(status(&output), 1);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("Bad Name"), "{stderr}");
+    assert_eq!(status(&hako(store.path(), &["tools", "fixture"])), 2);
+}

@@ -1,0 +1,190 @@
+//! Running guests through hako's library in integration tests: a store shared by every test
+//! process (so each compiler compiles the fixture once), every compiler this build offers, and
+//! calls whose outcome tests compare across compilers.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use hako::call::{
+    self, CallOutcome, CallStats, CrashKind, Limits, Mounts, Network, ToolRequest, VolumeTmp,
+};
+use hako::engines::Compiler;
+use hako::http::{NoBroker, PackagePolicy, Policy};
+use hako::protocol::{CallResult, ShownBlock};
+use hako::store::{ModuleSpec, Store};
+use hako_engine_api::Module;
+use serde_json::Value;
+
+/// The compilers of this build; every fixture runs on each.
+pub fn compilers() -> Vec<Compiler> {
+    [Compiler::Singlepass, Compiler::Cranelift]
+        .into_iter()
+        .filter(|compiler| compiler.available())
+        .collect()
+}
+
+/// A store under the target folder, shared by all test processes: artifacts are content
+/// addressed and written atomically, so sharing is safe and saves compiling.
+pub fn shared_store() -> Store {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hako-test-store");
+    Store::open(dir).expect("the shared test store opens")
+}
+
+/// `wasm` loaded for `compiler`.
+pub fn load(compiler: Compiler, wasm: &[u8]) -> Arc<dyn Module> {
+    let sha = hako::store::sha256_hex(wasm);
+    let uses_simd = hako::package::check_module(wasm)
+        .map(|facts| facts.uses_simd)
+        .unwrap_or(false);
+    shared_store()
+        .load_module(
+            &ModuleSpec {
+                wasm,
+                module_sha256: &sha,
+                uses_simd,
+                compiler,
+            },
+            None,
+        )
+        .expect("the module loads")
+        .module
+}
+
+/// A call to set up; `Call::new("greet").args(…).run(compiler)`.
+pub struct Call {
+    pub tool: String,
+    pub arguments: Value,
+    pub limits: Limits,
+    pub mounts: Mounts,
+    pub policy: PackagePolicy,
+    pub wasm: Option<Vec<u8>>,
+}
+
+impl Call {
+    pub fn new(tool: &str) -> Self {
+        Self {
+            tool: tool.to_string(),
+            arguments: serde_json::json!({}),
+            limits: Limits::CALL,
+            mounts: Mounts {
+                volume_tmp: VolumeTmp::Fresh,
+                data: None,
+                package_assets: None,
+                skills: Vec::new(),
+            },
+            policy: PackagePolicy::default(),
+            wasm: None,
+        }
+    }
+
+    pub fn args(mut self, arguments: Value) -> Self {
+        self.arguments = arguments;
+        self
+    }
+
+    pub fn limits(mut self, change: impl FnOnce(&mut Limits)) -> Self {
+        change(&mut self.limits);
+        self
+    }
+
+    pub fn mounts(mut self, change: impl FnOnce(&mut Mounts)) -> Self {
+        change(&mut self.mounts);
+        self
+    }
+
+    pub fn allow_hosts(mut self, hosts: &[&str]) -> Self {
+        let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
+        self.policy = Policy::empty()
+            .for_package("fixture", &hosts)
+            .expect("the hosts are valid allowlist entries");
+        self
+    }
+
+    /// Runs another module than the fixture.
+    pub fn module(mut self, wasm: Vec<u8>) -> Self {
+        self.wasm = Some(wasm);
+        self
+    }
+
+    pub fn run(&self, compiler: Compiler) -> CallOutcome {
+        let wasm = self
+            .wasm
+            .as_deref()
+            .unwrap_or_else(|| super::fixture_wasm());
+        let module = load(compiler, wasm);
+        call::call_tool(
+            &module,
+            ToolRequest {
+                program: "fixture",
+                tool: &self.tool,
+                arguments: self.arguments.clone(),
+                limits: self.limits,
+                mounts: self.mounts.clone(),
+                network: Network {
+                    policy: Arc::new(self.policy.clone()),
+                    broker: Arc::new(NoBroker),
+                },
+            },
+            CallStats::default(),
+        )
+        .expect("the host runs the call")
+    }
+
+    /// Runs on every compiler; returns the outcomes in `compilers()` order.
+    pub fn run_all(&self) -> Vec<(Compiler, CallOutcome)> {
+        compilers()
+            .into_iter()
+            .map(|compiler| (compiler, self.run(compiler)))
+            .collect()
+    }
+
+    /// Runs on every compiler, asserts each crashed with `kind`, and returns the first crash
+    /// message and stderr.
+    pub fn crashes(&self, kind: CrashKind) -> (String, String) {
+        let mut first = None;
+        for (compiler, outcome) in self.run_all() {
+            match outcome {
+                CallOutcome::Crashed { crash, stderr, .. } => {
+                    assert_eq!(
+                        crash.kind, kind,
+                        "{} on {compiler:?}: {}",
+                        self.tool, crash.message
+                    );
+                    first.get_or_insert((crash.message, stderr));
+                }
+                CallOutcome::Answered { result, .. } => {
+                    panic!("{} on {compiler:?} answered {result:?}, expected a {kind} crash", self.tool)
+                }
+            }
+        }
+        first.expect("at least one compiler is enabled")
+    }
+
+    /// Runs on every compiler, asserts each answered the same result, and returns it.
+    pub fn answers(&self) -> CallResult {
+        let mut first: Option<CallResult> = None;
+        for (compiler, outcome) in self.run_all() {
+            match outcome {
+                CallOutcome::Answered { result, .. } => match &first {
+                    Some(seen) => assert_eq!(&result, seen, "{} differs on {compiler:?}", self.tool),
+                    None => first = Some(result),
+                },
+                CallOutcome::Crashed { crash, stderr, .. } => panic!(
+                    "{} on {compiler:?} crashed ({}): {}\nstderr: {stderr}",
+                    self.tool, crash.kind, crash.message
+                ),
+            }
+        }
+        first.expect("at least one compiler is enabled")
+    }
+
+    /// The answer's single text block, parsed as JSON.
+    pub fn answer_json(&self) -> Value {
+        let result = self.answers();
+        match result.content.as_slice() {
+            [ShownBlock::Text { text }] => serde_json::from_str(text)
+                .unwrap_or_else(|err| panic!("{} answered non-JSON text {text:?}: {err}", self.tool)),
+            other => panic!("{} answered {other:?}, expected one text block", self.tool),
+        }
+    }
+}
