@@ -111,7 +111,7 @@ fn valid_png_base64(text: &[u8]) -> bool {
     let (body, last) = text.split_at(text.len() - 4);
     let mut tail = [0u8; 3];
     let mut head = [0u8; 12];
-    text.len() % 4 == 0
+    text.len().is_multiple_of(4)
         && body
             .chunks(256)
             .all(|block| block.iter().fold(true, |ok, &b| ok & symbol(b)))

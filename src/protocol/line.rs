@@ -70,6 +70,18 @@ pub enum LineError {
     GuestRequest(String),
 }
 
+impl LineError {
+    /// The stable crash kind of the call contract: `not_jsonrpc`, `unknown_id` or
+    /// `guest_request`.
+    pub fn crash_kind(&self) -> &'static str {
+        match self {
+            LineError::NotJsonRpc(_) => "not_jsonrpc",
+            LineError::UnknownId(_) => "unknown_id",
+            LineError::GuestRequest(_) => "guest_request",
+        }
+    }
+}
+
 fn not_jsonrpc(why: impl Into<String>) -> LineError {
     LineError::NotJsonRpc(why.into())
 }
@@ -399,6 +411,23 @@ mod tests {
             Err(LineError::GuestRequest(_))
         ));
         assert!(not_jsonrpc_message(r#"{"jsonrpc":"2.0","method":7}"#).contains("\"method\""));
+    }
+
+    #[test]
+    fn each_fault_names_its_crash_kind() {
+        let kinds: Vec<_> = [
+            r#"{"jsonrpc":"1.0"}"#,
+            r#"{"jsonrpc":"2.0","id":"x","result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":"x","method":"ping"}"#,
+        ]
+        .iter()
+        .map(|line| sort(line, Some(&call_id())).unwrap_err().crash_kind())
+        .collect();
+        assert_eq!(kinds, ["not_jsonrpc", "unknown_id", "guest_request"]);
+        assert_eq!(
+            LineError::GuestRequest("ping".into()).to_string(),
+            "sent a request of its own: ping"
+        );
     }
 
     #[test]
