@@ -16,11 +16,19 @@
 //! - lines nested deeper than [`MAX_NESTING`] are not JSON-RPC, which keeps the recursive
 //!   walks over parsed values (and their drop) far from the stack's end.
 
+use std::cell::RefCell;
+
 use simd_json::prelude::*;
-use simd_json::{BorrowedValue, Node, StaticNode};
+use simd_json::{BorrowedValue, Buffers, Node, StaticNode};
 
 use super::json::{clip, type_name};
 use super::RequestId;
+
+thread_local! {
+    /// The parser's scratch buffers, kept per thread so a line costs no allocations for
+    /// them. They grow to the longest line the thread has parsed, which stdout's cap bounds.
+    static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
+}
 
 /// The deepest nesting of arrays and objects a guest line may have (as in `serde_json`).
 pub const MAX_NESTING: usize = 128;
@@ -62,6 +70,18 @@ pub enum LineError {
     GuestRequest(String),
 }
 
+impl LineError {
+    /// The stable crash kind of the call contract: `not_jsonrpc`, `unknown_id` or
+    /// `guest_request`.
+    pub fn crash_kind(&self) -> &'static str {
+        match self {
+            LineError::NotJsonRpc(_) => "not_jsonrpc",
+            LineError::UnknownId(_) => "unknown_id",
+            LineError::GuestRequest(_) => "guest_request",
+        }
+    }
+}
+
 fn not_jsonrpc(why: impl Into<String>) -> LineError {
     LineError::NotJsonRpc(why.into())
 }
@@ -74,7 +94,14 @@ pub fn parse_line<'a>(
     line: &'a mut [u8],
     expected: Option<&RequestId>,
 ) -> Result<Line<'a>, LineError> {
-    let tape = simd_json::to_tape(line).map_err(|e| not_jsonrpc(format!("not JSON ({e})")))?;
+    let tape = BUFFERS
+        .with(|buffers| match buffers.try_borrow_mut() {
+            Ok(mut buffers) => simd_json::to_tape_with_buffers(line, &mut buffers),
+            // Only reachable if parsing ever re-entered itself on this thread; fresh
+            // buffers keep that correct.
+            Err(_) => simd_json::to_tape(line),
+        })
+        .map_err(|e| not_jsonrpc(format!("not JSON ({e})")))?;
     if nesting_exceeds(&tape.0, MAX_NESTING) {
         return Err(not_jsonrpc(format!(
             "nested deeper than {MAX_NESTING} levels"
@@ -384,6 +411,23 @@ mod tests {
             Err(LineError::GuestRequest(_))
         ));
         assert!(not_jsonrpc_message(r#"{"jsonrpc":"2.0","method":7}"#).contains("\"method\""));
+    }
+
+    #[test]
+    fn each_fault_names_its_crash_kind() {
+        let kinds: Vec<_> = [
+            r#"{"jsonrpc":"1.0"}"#,
+            r#"{"jsonrpc":"2.0","id":"x","result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":"x","method":"ping"}"#,
+        ]
+        .iter()
+        .map(|line| sort(line, Some(&call_id())).unwrap_err().crash_kind())
+        .collect();
+        assert_eq!(kinds, ["not_jsonrpc", "unknown_id", "guest_request"]);
+        assert_eq!(
+            LineError::GuestRequest("ping".into()).to_string(),
+            "sent a request of its own: ping"
+        );
     }
 
     #[test]

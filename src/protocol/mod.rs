@@ -6,7 +6,7 @@
 //! - [`request`]: the compact JSON-RPC request lines (`tools/call`, `server/discover`,
 //!   `tools/list`), each with a fresh opaque [`RequestId`] and the `_meta` of revision
 //!   [`PROTOCOL_VERSION`], written straight into a byte buffer;
-//! - [`line`]: what one stdout line is ([`parse_line`]), parsed in place with simd-json and
+//! - [`line`](mod@line): what one stdout line is ([`parse_line`]), parsed in place with simd-json and
 //!   measured against the id the host is waiting for;
 //! - [`result`]: a `CallToolResult` turned into what the model is shown ([`call_result`]);
 //! - [`volume`]: `volume:///` links, decoded and later read through `cap-std`

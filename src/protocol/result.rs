@@ -59,6 +59,17 @@ pub enum ResultError {
     Invalid(String),
 }
 
+impl ResultError {
+    /// The crash kind of a bad `resultType` (`bad_result_type`); `None` for an invalid
+    /// result, whose kind the caller chooses.
+    pub fn crash_kind(&self) -> Option<&'static str> {
+        match self {
+            ResultError::BadResultType(_) => Some("bad_result_type"),
+            ResultError::Invalid(_) => None,
+        }
+    }
+}
+
 /// Renders the `result` member of a `tools/call` answer.
 pub fn call_result(result: &BorrowedValue<'_>) -> Result<CallResult, ResultError> {
     let Some(members) = result.as_object() else {
@@ -207,10 +218,10 @@ mod tests {
             render(json!({"content": [], "resultType": "incomplete"})),
             Err(ResultError::BadResultType("\"incomplete\"".into()))
         );
-        assert_eq!(
-            render(json!({"content": [], "resultType": 1})),
-            Err(ResultError::BadResultType("a number".into()))
-        );
+        let numeric = render(json!({"content": [], "resultType": 1})).unwrap_err();
+        assert_eq!(numeric, ResultError::BadResultType("a number".into()));
+        assert_eq!(numeric.crash_kind(), Some("bad_result_type"));
+        assert_eq!(ResultError::Invalid(String::new()).crash_kind(), None);
     }
 
     #[test]
