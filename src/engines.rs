@@ -42,9 +42,7 @@ pub fn engine(compiler: Compiler, target: Option<&str>) -> Result<Arc<dyn Engine
     static ENGINES: OnceLock<Engines> = OnceLock::new();
     let engines = ENGINES.get_or_init(Default::default);
     let key = (compiler, target.map(str::to_string));
-    let mut engines = engines
-        .lock()
-        .unwrap_or_else(|poison| poison.into_inner());
+    let mut engines = engines.lock().unwrap_or_else(|poison| poison.into_inner());
     if let Some(engine) = engines.get(&key) {
         return Ok(Arc::clone(engine));
     }

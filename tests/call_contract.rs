@@ -115,10 +115,9 @@ fn a_memory_bomb_crashes_as_out_of_memory() {
 
 #[test]
 fn an_initial_memory_above_the_cap_crashes_as_out_of_memory() {
-    let wasm = wat::parse_str(
-        r#"(module (memory (export "memory") 1024) (func (export "_start")))"#,
-    )
-    .unwrap();
+    let wasm =
+        wat::parse_str(r#"(module (memory (export "memory") 1024) (func (export "_start")))"#)
+            .unwrap();
     Call::new("anything")
         .module(wasm)
         .limits(|limits| limits.max_memory_bytes = 16 * 1024 * 1024)
@@ -182,7 +181,11 @@ fn a_stderr_flood_keeps_only_the_last_4_kib() {
             panic!("a stderr flood is not a crash: {outcome:?}");
         };
         assert!(stderr.len() <= STDERR_TAIL, "{}", stderr.len());
-        assert!(stderr.ends_with("END-OF-STDERR"), "{}", &stderr[stderr.len() - 20..]);
+        assert!(
+            stderr.ends_with("END-OF-STDERR"),
+            "{}",
+            &stderr[stderr.len() - 20..]
+        );
         assert_eq!(stats.stderr_bytes, 5_000_000);
     }
 }

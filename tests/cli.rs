@@ -57,15 +57,26 @@ fn a_call_on_a_folder_compiles_on_the_fly_and_says_so() {
         store.path(),
         &["call", path(&greet), "greet", r#"{"name":"Ada"}"#, "--json"],
     );
-    assert_eq!(status(&output), 0, "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(
+        status(&output),
+        0,
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let outcome = stdout_json(&output);
     assert_eq!(outcome["outcome"], "ok");
-    assert_eq!(outcome["result"]["structuredContent"], json!({"message": "Hello, Ada!"}));
+    assert_eq!(
+        outcome["result"]["structuredContent"],
+        json!({"message": "Hello, Ada!"})
+    );
     assert_eq!(outcome["stats"]["compiled"], json!(true));
     assert!(String::from_utf8_lossy(&output.stderr).contains("compiled"));
 
     // The artifact is kept: the next call loads it.
-    let again = hako(store.path(), &["call", path(&greet), "greet", r#"{"name":"Ada"}"#, "--json"]);
+    let again = hako(
+        store.path(),
+        &["call", path(&greet), "greet", r#"{"name":"Ada"}"#, "--json"],
+    );
     assert_eq!(stdout_json(&again)["stats"]["compiled"], json!(false));
 }
 
@@ -75,9 +86,22 @@ fn upload_then_tools_then_call_by_name() {
     let greet = support::greet_package_dir();
     let upload = hako(
         store.path(),
-        &["upload", path(&greet), "--compiler", "singlepass", "--compiler", "cranelift", "--json"],
+        &[
+            "upload",
+            path(&greet),
+            "--compiler",
+            "singlepass",
+            "--compiler",
+            "cranelift",
+            "--json",
+        ],
     );
-    assert_eq!(status(&upload), 0, "{}", String::from_utf8_lossy(&upload.stderr));
+    assert_eq!(
+        status(&upload),
+        0,
+        "{}",
+        String::from_utf8_lossy(&upload.stderr)
+    );
     assert_eq!(stdout_json(&upload)["tools"], json!(["greet"]));
 
     let tools = hako(store.path(), &["tools", "greet"]);
@@ -87,12 +111,23 @@ fn upload_then_tools_then_call_by_name() {
     for compiler in ["singlepass", "cranelift"] {
         let call = hako(
             store.path(),
-            &["call", "greet", "greet", r#"{"name":"Bo"}"#, "--compiler", compiler, "--json"],
+            &[
+                "call",
+                "greet",
+                "greet",
+                r#"{"name":"Bo"}"#,
+                "--compiler",
+                compiler,
+                "--json",
+            ],
         );
         assert_eq!(status(&call), 0);
         let outcome = stdout_json(&call);
         assert_eq!(outcome["stats"]["compiled"], json!(false), "{compiler}");
-        assert_eq!(outcome["result"]["structuredContent"]["message"], "Hello, Bo!");
+        assert_eq!(
+            outcome["result"]["structuredContent"]["message"],
+            "Hello, Bo!"
+        );
     }
     // Uploading the same version again changes nothing.
     let again = hako(store.path(), &["upload", path(&greet), "--json"]);
@@ -104,14 +139,23 @@ fn upload_then_tools_then_call_by_name() {
 fn an_is_error_answer_exits_zero_and_a_crash_exits_three() {
     let store = tempfile::tempdir().unwrap();
     let greet = support::greet_package_dir();
-    let answered = hako(store.path(), &["call", path(&greet), "greet", r#"{"name":""}"#, "--json"]);
+    let answered = hako(
+        store.path(),
+        &["call", path(&greet), "greet", r#"{"name":""}"#, "--json"],
+    );
     assert_eq!(status(&answered), 0);
     assert_eq!(stdout_json(&answered)["result"]["isError"], json!(true));
 
     let fixture = support::fixture_package("fixture", None);
     let crashed = hako(
         store.path(),
-        &["call", path(fixture.path()), "stderr_then_trap", r#"{"text":"last words"}"#, "--json"],
+        &[
+            "call",
+            path(fixture.path()),
+            "stderr_then_trap",
+            r#"{"text":"last words"}"#,
+            "--json",
+        ],
     );
     assert_eq!(status(&crashed), 3);
     let outcome = stdout_json(&crashed);
@@ -124,39 +168,86 @@ fn an_is_error_answer_exits_zero_and_a_crash_exits_three() {
 fn limits_from_flags_reach_the_call() {
     let store = tempfile::tempdir().unwrap();
     let fixture = support::fixture_package("fixture", None);
-    let timeout = hako(store.path(), &["call", path(fixture.path()), "spin", "--timeout", "200", "--json"]);
+    let timeout = hako(
+        store.path(),
+        &[
+            "call",
+            path(fixture.path()),
+            "spin",
+            "--timeout",
+            "200",
+            "--json",
+        ],
+    );
     assert_eq!(status(&timeout), 3);
     assert_eq!(stdout_json(&timeout)["crash"]["kind"], "timeout");
 
-    let memory = hako(store.path(), &["call", path(fixture.path()), "oom", "--memory", "16", "--json"]);
+    let memory = hako(
+        store.path(),
+        &[
+            "call",
+            path(fixture.path()),
+            "oom",
+            "--memory",
+            "16",
+            "--json",
+        ],
+    );
     assert_eq!(status(&memory), 3);
     assert_eq!(stdout_json(&memory)["crash"]["kind"], "out_of_memory");
 
     let budget = hako(
         store.path(),
-        &["call", path(fixture.path()), "write_file", r#"{"path":"/volume/tmp/f","bytes":100}"#, "--write-budget", "10", "--json"],
+        &[
+            "call",
+            path(fixture.path()),
+            "write_file",
+            r#"{"path":"/volume/tmp/f","bytes":100}"#,
+            "--write-budget",
+            "10",
+            "--json",
+        ],
     );
     assert_eq!(status(&budget), 0);
-    let text = stdout_json(&budget)["result"]["content"][0]["text"].as_str().unwrap().to_string();
-    assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["errno"], json!(19));
+    let text = stdout_json(&budget)["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["errno"],
+        json!(19)
+    );
 }
 
 #[test]
 fn volume_data_and_skill_flags_mount_folders() {
     let store = tempfile::tempdir().unwrap();
     let fixture = support::fixture_package("fixture", None);
-    let (volume, data, skill) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (volume, data, skill) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
     let output = hako(
         store.path(),
         &[
-            "call", path(fixture.path()), "preopens", "--json",
-            "--volume", path(volume.path()),
-            "--data", path(data.path()),
-            "--skill", &format!("notes={}", path(skill.path())),
+            "call",
+            path(fixture.path()),
+            "preopens",
+            "--json",
+            "--volume",
+            path(volume.path()),
+            "--data",
+            path(data.path()),
+            "--skill",
+            &format!("notes={}", path(skill.path())),
         ],
     );
     assert_eq!(status(&output), 0);
-    let text = stdout_json(&output)["result"]["content"][0]["text"].as_str().unwrap().to_string();
+    let text = stdout_json(&output)["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(
         serde_json::from_str::<Value>(&text).unwrap(),
         json!(["/volume/tmp", "/volume/data", "/skills", "/skills/notes"])
@@ -168,26 +259,59 @@ fn allow_host_and_policy_flags_reach_the_broker() {
     let store = tempfile::tempdir().unwrap();
     let fixture = support::fixture_package("fixture", None);
     let request = r#"{"request":{"url":"https://api.example.com/"}}"#;
-    let denied = hako(store.path(), &["call", path(fixture.path()), "http", request, "--json"]);
+    let denied = hako(
+        store.path(),
+        &["call", path(fixture.path()), "http", request, "--json"],
+    );
     assert!(String::from_utf8_lossy(&denied.stdout).contains("host_not_allowed"));
 
     let allowed = hako(
         store.path(),
-        &["call", path(fixture.path()), "http", request, "--allow-host", "api.example.com", "--json"],
+        &[
+            "call",
+            path(fixture.path()),
+            "http",
+            request,
+            "--allow-host",
+            "api.example.com",
+            "--json",
+        ],
     );
     assert!(String::from_utf8_lossy(&allowed.stdout).contains("connection"));
 
     let policy_dir = tempfile::tempdir().unwrap();
     let policy = policy_dir.path().join("policy.toml");
-    std::fs::write(&policy, "[packages.fixture]\nallow_hosts = [\"*.example.com\"]\n").unwrap();
+    std::fs::write(
+        &policy,
+        "[packages.fixture]\nallow_hosts = [\"*.example.com\"]\n",
+    )
+    .unwrap();
     let by_policy = hako(
         store.path(),
-        &["call", path(fixture.path()), "http", request, "--policy", path(&policy), "--json"],
+        &[
+            "call",
+            path(fixture.path()),
+            "http",
+            request,
+            "--policy",
+            path(&policy),
+            "--json",
+        ],
     );
     assert!(String::from_utf8_lossy(&by_policy.stdout).contains("connection"));
 
     std::fs::write(&policy, "[packages.fixture]\nallow_hostz = []\n").unwrap();
-    let typo = hako(store.path(), &["call", path(fixture.path()), "http", request, "--policy", path(&policy)]);
+    let typo = hako(
+        store.path(),
+        &[
+            "call",
+            path(fixture.path()),
+            "http",
+            request,
+            "--policy",
+            path(&policy),
+        ],
+    );
     assert_eq!(status(&typo), 2);
     assert!(String::from_utf8_lossy(&typo.stderr).contains("allow_hostz"));
 }
@@ -205,14 +329,22 @@ fn usage_errors_exit_two() {
         vec!["frobnicate"],
     ] {
         let output = hako(store.path(), &args);
-        assert_eq!(status(&output), 2, "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        assert_eq!(
+            status(&output),
+            2,
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 }
 
 #[test]
 fn a_refused_upload_exits_one_and_names_the_rule() {
     let store = tempfile::tempdir().unwrap();
-    let fixture = support::fixture_package("fixture", Some(json!({"tools": [{"name": "Bad Name", "inputSchema": {"type": "object"}}]})));
+    let fixture = support::fixture_package(
+        "fixture",
+        Some(json!({"tools": [{"name": "Bad Name", "inputSchema": {"type": "object"}}]})),
+    );
     let output = hako(store.path(), &["upload", path(fixture.path())]);
     assert_eq!(status(&output), 1);
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -35,7 +35,8 @@ fn an_inline_png_is_shown_as_an_image() {
 
 #[test]
 fn an_image_whose_bytes_are_not_an_image_is_left_out() {
-    let block = single(Call::new("image").args(json!({"mime": "image/png", "base64": b64(b"plain text")})));
+    let block =
+        single(Call::new("image").args(json!({"mime": "image/png", "base64": b64(b"plain text")})));
     assert!(matches!(block, ShownBlock::Omitted { .. }), "{block:?}");
 }
 
@@ -69,7 +70,10 @@ fn a_volume_link_cannot_climb_out_of_the_volume() {
         "volume:///tmp/a%2F..%2F..%2Fetc",
     ] {
         let block = single(Call::new("resource_link").args(json!({"uri": uri})));
-        assert!(matches!(block, ShownBlock::Omitted { .. }), "{uri}: {block:?}");
+        assert!(
+            matches!(block, ShownBlock::Omitted { .. }),
+            "{uri}: {block:?}"
+        );
     }
 }
 
@@ -91,7 +95,10 @@ fn a_volume_link_through_a_symlink_out_of_the_volume_is_left_out() {
 
 #[test]
 fn another_link_becomes_a_line_naming_it() {
-    let block = single(Call::new("resource_link").args(json!({"uri": "https://example.com/report", "name": "report"})));
+    let block = single(
+        Call::new("resource_link")
+            .args(json!({"uri": "https://example.com/report", "name": "report"})),
+    );
     match block {
         ShownBlock::Link { text } => assert!(text.contains("https://example.com/report"), "{text}"),
         other => panic!("{other:?}"),
@@ -107,7 +114,12 @@ fn other_blocks_become_a_note_that_they_were_left_out() {
             {"type": "resource", "resource": {"uri": "file:///x", "text": "t"}},
         ]}))
         .answers();
-    assert_eq!(result.content[0], ShownBlock::Text { text: "kept".into() });
+    assert_eq!(
+        result.content[0],
+        ShownBlock::Text {
+            text: "kept".into()
+        }
+    );
     for block in &result.content[1..] {
         match block {
             ShownBlock::Omitted { text } => assert!(text.contains("left out"), "{text}"),

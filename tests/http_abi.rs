@@ -12,24 +12,32 @@ fn http(request: Value) -> Call {
 }
 
 fn error_kind(answer: &Value) -> &str {
-    answer["error"]["kind"].as_str().unwrap_or_else(|| panic!("not an error answer: {answer}"))
+    answer["error"]["kind"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not an error answer: {answer}"))
 }
 
 #[test]
 fn a_range_outside_memory_answers_minus_one() {
-    let answer = Call::new("http_misuse").args(json!({"case": "range"})).answer_json();
+    let answer = Call::new("http_misuse")
+        .args(json!({"case": "range"}))
+        .answer_json();
     assert_eq!(answer, json!({"code": -1}));
 }
 
 #[test]
 fn reading_with_no_answer_held_answers_minus_two() {
-    let answer = Call::new("http_misuse").args(json!({"case": "no_answer"})).answer_json();
+    let answer = Call::new("http_misuse")
+        .args(json!({"case": "no_answer"}))
+        .answer_json();
     assert_eq!(answer, json!({"code": -2}));
 }
 
 #[test]
 fn reading_with_the_wrong_length_answers_minus_three() {
-    let answer = Call::new("http_misuse").args(json!({"case": "length"})).answer_json();
+    let answer = Call::new("http_misuse")
+        .args(json!({"case": "length"}))
+        .answer_json();
     assert_eq!(answer, json!({"code": -3}));
 }
 
@@ -45,7 +53,10 @@ fn a_request_that_is_not_json_is_invalid() {
 fn plain_http_is_an_invalid_request() {
     let answer = http(json!({"url": "http://example.com/"})).answer_json();
     assert_eq!(error_kind(&answer), "invalid_request");
-    assert!(answer["error"]["message"].as_str().unwrap().contains("https"));
+    assert!(answer["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("https"));
 }
 
 #[test]
@@ -75,9 +86,10 @@ fn a_host_outside_the_allowlist_is_not_allowed() {
 
 #[test]
 fn a_guest_setting_a_credential_header_is_refused() {
-    let answer = http(json!({"url": "https://example.com/", "headers": {"authorization": "Bearer x"}}))
-        .allow_hosts(&["example.com"])
-        .answer_json();
+    let answer =
+        http(json!({"url": "https://example.com/", "headers": {"authorization": "Bearer x"}}))
+            .allow_hosts(&["example.com"])
+            .answer_json();
     assert_eq!(error_kind(&answer), "credential_header");
 }
 
@@ -87,7 +99,13 @@ fn an_allowed_request_says_no_broker_is_configured() {
         .allow_hosts(&["example.com"])
         .answer_json();
     assert_eq!(error_kind(&answer), "connection");
-    assert!(answer["error"]["message"].as_str().unwrap().contains("broker"), "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("broker"),
+        "{answer}"
+    );
 }
 
 #[test]

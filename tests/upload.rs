@@ -22,7 +22,13 @@ fn discover(fixture_json: Option<Value>) -> Result<Vec<String>, String> {
     for compiler in compilers() {
         let module = load(compiler, &package.wasm);
         let outcome = call::discover(&module, "fixture", package.assets.clone())
-            .map(|found| found.tools.into_iter().map(|tool| tool.name).collect::<Vec<_>>())
+            .map(|found| {
+                found
+                    .tools
+                    .into_iter()
+                    .map(|tool| tool.name)
+                    .collect::<Vec<_>>()
+            })
             .map_err(|err| describe(&err));
         outcomes.push(outcome);
     }
@@ -47,7 +53,9 @@ fn the_default_fixture_offers_its_tools() {
 
 #[test]
 fn pages_are_followed_through_next_cursor() {
-    let tools = discover(Some(json!({"tools": {"pages": [[tool("a")], [tool("b")], [tool("c")]]}})));
+    let tools = discover(Some(
+        json!({"tools": {"pages": [[tool("a")], [tool("b")], [tool("c")]]}}),
+    ));
     assert_eq!(tools.unwrap(), vec!["a", "b", "c"]);
 }
 
@@ -59,13 +67,19 @@ fn more_than_sixteen_pages_are_refused() {
 
 #[test]
 fn a_discover_answer_without_the_revision_is_refused() {
-    let err = discover(Some(json!({"discover": {"supportedVersions": ["2025-06-18"], "capabilities": {"tools": {}}}}))).unwrap_err();
+    let err = discover(Some(
+        json!({"discover": {"supportedVersions": ["2025-06-18"], "capabilities": {"tools": {}}}}),
+    ))
+    .unwrap_err();
     assert!(err.starts_with("server/discover"), "{err}");
 }
 
 #[test]
 fn a_discover_answer_without_tools_is_refused() {
-    let err = discover(Some(json!({"discover": {"supportedVersions": ["2026-07-28"], "capabilities": {}}}))).unwrap_err();
+    let err = discover(Some(
+        json!({"discover": {"supportedVersions": ["2026-07-28"], "capabilities": {}}}),
+    ))
+    .unwrap_err();
     assert!(err.starts_with("server/discover"), "{err}");
 }
 
@@ -87,11 +101,23 @@ fn every_tool_rule_refuses_with_its_name() {
         (json!([tool("a"), tool("a")]), "tool.duplicate_name"),
         (json!([tool("Bad Name")]), "tool.name"),
         (json!([tool(&"n".repeat(65))]), "tool.name"),
-        (json!([{"name": "a", "description": "d".repeat(1025), "inputSchema": {"type": "object"}}]), "tool.description"),
-        (json!([{"name": "a", "inputSchema": {"type": "string"}}]), "tool.input_schema"),
+        (
+            json!([{"name": "a", "description": "d".repeat(1025), "inputSchema": {"type": "object"}}]),
+            "tool.description",
+        ),
+        (
+            json!([{"name": "a", "inputSchema": {"type": "string"}}]),
+            "tool.input_schema",
+        ),
         (json!([{"name": "a"}]), "tool.input_schema"),
-        (json!([{"name": "a", "inputSchema": big_schema}]), "tool.schema_size"),
-        (json!([{"name": "a", "inputSchema": {"type": "object"}, "outputSchema": {"type": "object", "description": "x".repeat(70 * 1024)}}]), "tool.schema_size"),
+        (
+            json!([{"name": "a", "inputSchema": big_schema}]),
+            "tool.schema_size",
+        ),
+        (
+            json!([{"name": "a", "inputSchema": {"type": "object"}, "outputSchema": {"type": "object", "description": "x".repeat(70 * 1024)}}]),
+            "tool.schema_size",
+        ),
     ];
     for (tools, rule) in cases {
         let err = discover(Some(json!({"tools": tools}))).unwrap_err();
@@ -121,7 +147,10 @@ fn the_store_keeps_versions_immutable_and_the_newest_current() {
     let package = package::load(dir.path()).unwrap();
     let tools = hako::package::tools::validate_tools(vec![tool("a")]).unwrap();
     assert_eq!(store.put(&package, &tools, &[]).unwrap(), PutResult::Stored);
-    assert_eq!(store.put(&package, &tools, &[]).unwrap(), PutResult::Unchanged);
+    assert_eq!(
+        store.put(&package, &tools, &[]).unwrap(),
+        PutResult::Unchanged
+    );
     assert_eq!(store.list().unwrap(), vec!["fixture"]);
 
     // The same version with another module is refused.
@@ -138,7 +167,10 @@ fn the_store_keeps_versions_immutable_and_the_newest_current() {
     .unwrap();
     let newer = package::load(dir.path()).unwrap();
     let newer_tools = hako::package::tools::validate_tools(vec![tool("b")]).unwrap();
-    assert_eq!(store.put(&newer, &newer_tools, &[]).unwrap(), PutResult::Stored);
+    assert_eq!(
+        store.put(&newer, &newer_tools, &[]).unwrap(),
+        PutResult::Stored
+    );
     let current = store.get("fixture").unwrap();
     assert_eq!(current.record.version, "2.0.0");
     assert_eq!(current.tools[0].name, "b");

@@ -350,7 +350,9 @@ fn judge<C: Conversation>(
             CrashKind::NonzeroExit,
             format!("the guest exited with status {status}"),
         ),
-        RunExit::Trap(message) => Crash::new(CrashKind::Trap, format!("the guest trapped: {message}")),
+        RunExit::Trap(message) => {
+            Crash::new(CrashKind::Trap, format!("the guest trapped: {message}"))
+        }
         RunExit::OutOfMemory(message) => Crash::new(CrashKind::OutOfMemory, message),
         RunExit::Aborted | RunExit::Interrupted => Crash::new(
             CrashKind::Trap,

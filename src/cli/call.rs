@@ -139,7 +139,13 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
             let package = super::load_package(&path)?;
             let assets = package.assets.clone();
             let name = package.manifest.name.clone();
-            (name, package.wasm, package.module_sha256, package.uses_simd, assets)
+            (
+                name,
+                package.wasm,
+                package.module_sha256,
+                package.uses_simd,
+                assets,
+            )
         }
         Target::Stored(name) => {
             let stored = super::stored(&store, &name)?;
@@ -153,7 +159,13 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
             }
             let wasm = stored.wasm().map_err(|err| Failure::Host(err.into()))?;
             let assets = stored.assets();
-            (name, wasm, stored.record.module_sha256, stored.record.uses_simd, assets)
+            (
+                name,
+                wasm,
+                stored.record.module_sha256,
+                stored.record.uses_simd,
+                assets,
+            )
         }
     };
 
@@ -186,7 +198,10 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
         arguments,
         limits,
         mounts: Mounts {
-            volume_tmp: args.volume.clone().map_or(VolumeTmp::Fresh, VolumeTmp::Given),
+            volume_tmp: args
+                .volume
+                .clone()
+                .map_or(VolumeTmp::Fresh, VolumeTmp::Given),
             data: args.data.clone(),
             package_assets: assets,
             skills: args.skills.clone(),
@@ -202,19 +217,19 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
         load_us: loaded.load_us,
         ..CallStats::default()
     };
-    let outcome = call::call_tool(&loaded.module, request, stats)
-        .map_err(|err| Failure::Host(err.into()))?;
-    report(&outcome, args.json);
+    let outcome =
+        call::call_tool(&loaded.module, request, stats).map_err(|err| Failure::Host(err.into()))?;
+    report(&outcome, args.json)?;
     match outcome {
         CallOutcome::Answered { .. } => Ok(()),
         CallOutcome::Crashed { .. } => Err(Failure::Crashed),
     }
 }
 
-fn report(outcome: &CallOutcome, json: bool) {
+fn report(outcome: &CallOutcome, json: bool) -> Result<(), Failure> {
     if json {
-        println!("{}", outcome.to_json());
-        return;
+        outln!("{}", outcome.to_json());
+        return Ok(());
     }
     match outcome {
         CallOutcome::Answered { result, .. } => {
@@ -223,20 +238,24 @@ fn report(outcome: &CallOutcome, json: bool) {
             }
             for block in &result.content {
                 match block {
-                    ShownBlock::Text { text } => println!("{text}"),
+                    ShownBlock::Text { text } => outln!("{text}"),
                     ShownBlock::Image { mime_type, data } => {
-                        println!("[image {mime_type}, {} base64 characters]", data.len())
+                        outln!("[image {mime_type}, {} base64 characters]", data.len())
                     }
-                    ShownBlock::VolumeLink { uri, .. } => println!("[unread link {uri}]"),
-                    ShownBlock::Link { text } | ShownBlock::Omitted { text } => println!("{text}"),
+                    ShownBlock::VolumeLink { uri, .. } => outln!("[unread link {uri}]"),
+                    ShownBlock::Link { text } | ShownBlock::Omitted { text } => outln!("{text}"),
                 }
             }
         }
         CallOutcome::Crashed { crash, stderr, .. } => {
-            eprintln!("hako: the function crashed ({}): {}", crash.kind, crash.message);
+            eprintln!(
+                "hako: the function crashed ({}): {}",
+                crash.kind, crash.message
+            );
             if !stderr.is_empty() {
                 eprintln!("hako: its stderr (last 4 KiB):\n{stderr}");
             }
         }
     }
+    Ok(())
 }

@@ -20,11 +20,15 @@ pub struct CheckArgs {
 pub fn run(args: CheckArgs) -> Result<(), Failure> {
     if !args.json {
         let package = super::load_package(&args.package)?;
-        println!(
+        outln!(
             "{} {}: valid ABI 1 package{}",
             package.manifest.name,
             package.manifest.version,
-            if package.uses_simd { " (uses SIMD)" } else { "" }
+            if package.uses_simd {
+                " (uses SIMD)"
+            } else {
+                ""
+            }
         );
         return Ok(());
     }
@@ -37,12 +41,12 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
                 "uses_simd": package.uses_simd,
                 "problems": [],
             });
-            println!("{verdict}");
+            outln!("{verdict}");
             Ok(())
         }
         Err(LoadError::Refused(refusal)) => {
             let verdict = serde_json::json!({ "valid": false, "problems": refusal.problems });
-            println!("{verdict}");
+            outln!("{verdict}");
             Err(Failure::Refused)
         }
         Err(err) => Err(Failure::Host(anyhow::Error::new(err))),

@@ -5,6 +5,16 @@
 //!
 //! The CLI owns no ABI rule; it only chooses and reports.
 
+/// Writes a line to stdout; a write error (such as a closed pipe) becomes the command's error,
+/// so `main` can tell a closed pipe from a failure instead of panicking as `println!` would.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+            .map_err(|err| $crate::cli::Failure::Host(anyhow::Error::new(err)))?
+    }};
+}
+
 mod call;
 mod check;
 mod tools;

@@ -36,17 +36,24 @@ pub fn run(args: ToolsArgs) -> Result<(), Failure> {
                     None,
                 )
                 .map_err(|err| Failure::Host(err.into()))?;
-            match call::discover(&loaded.module, &package.manifest.name, package.assets.clone()) {
+            match call::discover(
+                &loaded.module,
+                &package.manifest.name,
+                package.assets.clone(),
+            ) {
                 Ok(discovery) => discovery.tools,
                 Err(call::DiscoveryError::Run(err)) => return Err(Failure::Host(err.into())),
                 Err(refusal) => {
-                    eprintln!("hako: {} is refused at discovery: {refusal}", path.display());
+                    eprintln!(
+                        "hako: {} is refused at discovery: {refusal}",
+                        path.display()
+                    );
                     return Err(Failure::Refused);
                 }
             }
         }
     };
     let json = serde_json::to_string_pretty(&tools).map_err(|err| Failure::Host(err.into()))?;
-    println!("{json}");
+    outln!("{json}");
     Ok(())
 }

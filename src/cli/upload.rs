@@ -54,7 +54,10 @@ pub fn run(args: UploadArgs) -> Result<(), Failure> {
                 note(&fallback);
             }
             let engine = engines::engine(compiler, *target).map_err(|err| {
-                Failure::Usage(format!("cannot compile for {}: {err}", target.unwrap_or("this machine")))
+                Failure::Usage(format!(
+                    "cannot compile for {}: {err}",
+                    target.unwrap_or("this machine")
+                ))
             })?;
             let started = Instant::now();
             let module = engine
@@ -86,7 +89,8 @@ pub fn run(args: UploadArgs) -> Result<(), Failure> {
             .map_err(|err| Failure::Host(err.into()))?,
     };
 
-    let discovery = match call::discover(&runnable, &package.manifest.name, package.assets.clone()) {
+    let discovery = match call::discover(&runnable, &package.manifest.name, package.assets.clone())
+    {
         Ok(discovery) => discovery,
         Err(call::DiscoveryError::Run(err)) => return Err(Failure::Host(err.into())),
         Err(refusal) => {
@@ -114,13 +118,13 @@ pub fn run(args: UploadArgs) -> Result<(), Failure> {
             "tools": tool_names,
             "artifacts": artifacts,
         });
-        println!("{summary}");
+        outln!("{summary}");
     } else {
         let verb = match put {
             PutResult::Stored => "stored",
             PutResult::Unchanged => "already stored (unchanged)",
         };
-        println!(
+        outln!(
             "{} {} {verb}: {} tool(s): {}",
             package.manifest.name,
             package.manifest.version,
@@ -128,7 +132,7 @@ pub fn run(args: UploadArgs) -> Result<(), Failure> {
             tool_names.join(", ")
         );
         for artifact in &artifacts {
-            println!(
+            outln!(
                 "  artifact {} {}: {} bytes, compiled in {} ms",
                 artifact["compiler"].as_str().unwrap_or_default(),
                 artifact["target"].as_str().unwrap_or_default(),

@@ -16,14 +16,18 @@ use super::image::check_inline;
 use super::json::{clip, to_serde, type_name};
 use super::volume::{decode_volume_uri, VolumeUri};
 
-/// A tool's result as the model is shown it.
+/// A tool's result as the model is shown it. It serializes in MCP's own shape
+/// (`content`, `structuredContent`, `isError`), so an outcome reads like the CallToolResult
+/// it came from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CallResult {
     /// The content blocks, in order.
     pub content: Vec<ShownBlock>,
     /// `structuredContent`, when the result has one.
+    #[serde(rename = "structuredContent", skip_serializing_if = "Option::is_none")]
     pub structured: Option<serde_json::Value>,
     /// `isError`: a failure the model should read.
+    #[serde(rename = "isError")]
     pub is_error: bool,
 }
 
@@ -34,7 +38,11 @@ pub enum ShownBlock {
     /// Text, as given.
     Text { text: String },
     /// An image whose magic bytes were checked; `data` is base64, as given or as read.
-    Image { mime_type: String, data: String },
+    Image {
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+        data: String,
+    },
     /// A `volume:///` link, to be read by the caller after the guest exits.
     VolumeLink {
         /// The link's URI, as given.
@@ -373,7 +381,7 @@ mod tests {
     }
 
     #[test]
-    fn shown_results_serialize_with_snake_case_tags() {
+    fn shown_results_serialize_in_mcp_shape_with_snake_case_tags() {
         let shown = CallResult {
             content: vec![
                 ShownBlock::Text { text: "t".into() },
@@ -389,7 +397,20 @@ mod tests {
             serde_json::to_value(&shown).unwrap(),
             json!({"content": [{"type": "text", "text": "t"},
                                {"type": "volume_link", "uri": "volume:///a", "path": "a"}],
-                   "structured": null, "is_error": false})
+                   "isError": false})
+        );
+        let image = CallResult {
+            content: vec![ShownBlock::Image {
+                mime_type: "image/png".into(),
+                data: "AAAA".into(),
+            }],
+            structured: Some(json!({"k": 1})),
+            is_error: true,
+        };
+        assert_eq!(
+            serde_json::to_value(&image).unwrap(),
+            json!({"content": [{"type": "image", "mimeType": "image/png", "data": "AAAA"}],
+                   "structuredContent": {"k": 1}, "isError": true})
         );
     }
 }

@@ -41,9 +41,8 @@ impl ArtifactKey {
 
     /// The file name: a digest of every part of the key.
     pub fn file_name(&self) -> String {
-        let digest = sha256_hex(
-            format!("{}\n{}", self.module_sha256, self.identity.to_line()).as_bytes(),
-        );
+        let digest =
+            sha256_hex(format!("{}\n{}", self.module_sha256, self.identity.to_line()).as_bytes());
         format!("{}-{}.artifact", self.identity.compiler, &digest[..32])
     }
 }
@@ -299,7 +298,9 @@ mod tests {
 
     #[test]
     fn a_foreign_file_is_refused() {
-        assert!(verify(b"\x7fELF....", &key()).unwrap_err().contains("magic"));
+        assert!(verify(b"\x7fELF....", &key())
+            .unwrap_err()
+            .contains("magic"));
     }
 
     #[test]

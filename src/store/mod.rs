@@ -224,8 +224,11 @@ impl Store {
                 .tempdir_in(&package_dir)
                 .map_err(io("creating a folder in", &package_dir))?;
             let dir = staging.path();
-            fs::copy(package.root.join("subako-package.json"), dir.join("subako-package.json"))
-                .map_err(io("copying the manifest to", dir))?;
+            fs::copy(
+                package.root.join("subako-package.json"),
+                dir.join("subako-package.json"),
+            )
+            .map_err(io("copying the manifest to", dir))?;
             fs::write(dir.join("module.wasm"), &package.wasm).map_err(io("writing", dir))?;
             if let Some(assets) = &package.assets {
                 copy_tree(assets, &dir.join("assets"))?;

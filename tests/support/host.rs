@@ -153,7 +153,10 @@ impl Call {
                     first.get_or_insert((crash.message, stderr));
                 }
                 CallOutcome::Answered { result, .. } => {
-                    panic!("{} on {compiler:?} answered {result:?}, expected a {kind} crash", self.tool)
+                    panic!(
+                        "{} on {compiler:?} answered {result:?}, expected a {kind} crash",
+                        self.tool
+                    )
                 }
             }
         }
@@ -166,7 +169,9 @@ impl Call {
         for (compiler, outcome) in self.run_all() {
             match outcome {
                 CallOutcome::Answered { result, .. } => match &first {
-                    Some(seen) => assert_eq!(&result, seen, "{} differs on {compiler:?}", self.tool),
+                    Some(seen) => {
+                        assert_eq!(&result, seen, "{} differs on {compiler:?}", self.tool)
+                    }
                     None => first = Some(result),
                 },
                 CallOutcome::Crashed { crash, stderr, .. } => panic!(
@@ -182,8 +187,9 @@ impl Call {
     pub fn answer_json(&self) -> Value {
         let result = self.answers();
         match result.content.as_slice() {
-            [ShownBlock::Text { text }] => serde_json::from_str(text)
-                .unwrap_or_else(|err| panic!("{} answered non-JSON text {text:?}: {err}", self.tool)),
+            [ShownBlock::Text { text }] => serde_json::from_str(text).unwrap_or_else(|err| {
+                panic!("{} answered non-JSON text {text:?}: {err}", self.tool)
+            }),
             other => panic!("{} answered {other:?}, expected one text block", self.tool),
         }
     }

@@ -169,5 +169,6 @@ pub mod host;
 
 /// The committed example module's bytes.
 pub fn greet_wasm() -> Vec<u8> {
-    std::fs::read(greet_package_dir().join("module.wasm")).expect("examples/greet/module.wasm is committed")
+    std::fs::read(greet_package_dir().join("module.wasm"))
+        .expect("examples/greet/module.wasm is committed")
 }

@@ -307,7 +307,14 @@ impl WasmerModule {
         };
         watchdog.arm(Arc::new(StoreInterrupt(store.interrupter())));
         let cap = CapScope::enter(limits.max_memory_bytes);
-        let instance = match Instance::new(store, &self.module, &imports) {
+        // wasmer arms its interrupts only while an exported function runs, not while
+        // `Instance::new` runs a start function; arm them here too, so that a start function
+        // that never returns is still stopped by the deadline.
+        let instantiated = match wasmer_vm::interrupt_registry::install(store.id()) {
+            Ok(_armed) => Instance::new(store, &self.module, &imports),
+            Err(_already_interrupted) => return RunExit::Interrupted,
+        };
+        let instance = match instantiated {
             Ok(instance) => instance,
             Err(InstantiationError::Start(error)) => return classify(error, &cap),
             Err(error) if cap.refused() => {
