@@ -1,6 +1,7 @@
 //! Cold start: one call of the bundled greet example, end to end through the call contract,
 //! with the module already in memory and with its artifact loaded (verified and deserialized)
-//! from disk each time, for every compiler of this build side by side.
+//! from disk each time, for every compiler of this build side by side; and the artifact load
+//! alone.
 //!
 //! `cargo bench --bench cold_start`
 
@@ -89,6 +90,24 @@ fn cold_start(c: &mut Criterion) {
         });
     }
     from_disk.finish();
+
+    let mut load_only = c.benchmark_group("artifact_load");
+    for &compiler in &compilers {
+        let engine = engines::engine(compiler, None).expect("the engine builds");
+        let key = ArtifactKey::new(&sha, engine.identity());
+        load_only.bench_function(BenchmarkId::new("wasmer", compiler.name()), |b| {
+            b.iter(|| {
+                black_box(
+                    store
+                        .artifacts()
+                        .load(&key, engine.as_ref())
+                        .expect("the artifact loads")
+                        .expect("the artifact exists"),
+                )
+            })
+        });
+    }
+    load_only.finish();
 }
 
 criterion_group!(benches, cold_start);

@@ -30,13 +30,13 @@ pub fn shared_store() -> Store {
     Store::open(dir).expect("the shared test store opens")
 }
 
-/// `wasm` loaded for `compiler`.
-pub fn load(compiler: Compiler, wasm: &[u8]) -> Arc<dyn Module> {
+/// `wasm` loaded for `compiler` from `store`, saying how.
+pub fn load_in(store: &Store, compiler: Compiler, wasm: &[u8]) -> hako::store::Loaded {
     let sha = hako::store::sha256_hex(wasm);
     let uses_simd = hako::package::check_module(wasm)
         .map(|facts| facts.uses_simd)
         .unwrap_or(false);
-    shared_store()
+    store
         .load_module(
             &ModuleSpec {
                 wasm,
@@ -47,7 +47,11 @@ pub fn load(compiler: Compiler, wasm: &[u8]) -> Arc<dyn Module> {
             None,
         )
         .expect("the module loads")
-        .module
+}
+
+/// `wasm` loaded for `compiler` from the shared store.
+pub fn load(compiler: Compiler, wasm: &[u8]) -> Arc<dyn Module> {
+    load_in(&shared_store(), compiler, wasm).module
 }
 
 /// A call to set up; `Call::new("greet").args(…).run(compiler)`.

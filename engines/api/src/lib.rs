@@ -157,12 +157,12 @@ pub trait Engine: Send + Sync {
     /// Compiles a validated module.
     fn compile(&self, wasm: &[u8]) -> Result<Arc<dyn Module>, EngineError>;
 
-    /// Loads an artifact from bytes.
+    /// Loads an artifact from its bytes, taken by value so that no copy is made.
     ///
     /// # Safety
     /// `bytes` must be exactly what [`Module::serialize`] produced on an engine with this
     /// [`EngineIdentity`]; the bytes are native code and are not checked. Callers verify a
     /// checksum and a header first.
     #[allow(unsafe_code)] // the contract is on the caller; this crate runs nothing
-    unsafe fn deserialize(&self, bytes: &[u8]) -> Result<Arc<dyn Module>, EngineError>;
+    unsafe fn deserialize(&self, bytes: Vec<u8>) -> Result<Arc<dyn Module>, EngineError>;
 }

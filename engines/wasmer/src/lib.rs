@@ -201,7 +201,7 @@ impl Engine for WasmerEngine {
     }
 
     #[allow(unsafe_code)]
-    unsafe fn deserialize(&self, bytes: &[u8]) -> Result<Arc<dyn Module>, EngineError> {
+    unsafe fn deserialize(&self, bytes: Vec<u8>) -> Result<Arc<dyn Module>, EngineError> {
         if !self.runs_here {
             return Err(EngineError::ForeignTarget {
                 triple: self.identity.triple.clone(),
@@ -209,7 +209,7 @@ impl Engine for WasmerEngine {
         }
         // SAFETY: the caller guarantees `bytes` is an artifact this engine's identity produced
         // (the trait's contract); wasmer 7.4 checks nothing itself.
-        let module = unsafe { wasmer::Module::deserialize(&self.engine, bytes.to_vec()) }
+        let module = unsafe { wasmer::Module::deserialize(&self.engine, bytes) }
             .map_err(|err| EngineError::Deserialize(err.to_string()))?;
         Ok(Arc::new(WasmerModule {
             engine: self.engine.clone(),
@@ -288,7 +288,13 @@ impl WasmerModule {
                     import.name()
                 ));
             };
-            let function = link::host_function(store, env, known);
+            let function = link::host_function(store, env, known).ok_or_else(|| {
+                format!(
+                    "no host function links {}.{}",
+                    import.module(),
+                    import.name()
+                )
+            })?;
             imports.define(import.module(), import.name(), function);
         }
         Ok(imports)

@@ -1,8 +1,9 @@
 //! Linking: one typed wasmer host function per ABI import, each a thin shim that hands the
-//! import, its raw arguments and the guest's memory to the engine-neutral [`Host`]. This file
-//! knows the signatures only through the API crate's table; it implements no import itself.
+//! import, its raw arguments and the guest's memory to the engine-neutral [`Host`]. The shim's
+//! Rust signature is chosen from the API crate's table of signatures, so the table stays the
+//! one list of them; this file implements no import itself.
 
-use hako_engine_api::{Host, Import, Stop};
+use hako_engine_api::{Host, Import, Stop, ValType};
 use wasmer::{Function, FunctionEnv, FunctionEnvMut, Memory, Store};
 
 /// What every host function can reach: the host of this run and the guest's memory.
@@ -42,764 +43,121 @@ fn dispatch(
     }
 }
 
-/// The host function for `import`, bound to `env`.
+/// A wasm argument as the raw 64-bit value the [`Host`] takes.
+trait Raw {
+    fn raw(self) -> u64;
+}
+
+impl Raw for i32 {
+    fn raw(self) -> u64 {
+        self as u32 as u64
+    }
+}
+
+impl Raw for i64 {
+    fn raw(self) -> u64 {
+        self as u64
+    }
+}
+
+/// A typed shim with the given parameters for `import`, returning its `i32` result.
+macro_rules! shim {
+    ($store:ident, $env:ident, $import:ident, ($($arg:ident: $ty:ty),*)) => {
+        Function::new_typed_with_env(
+            $store,
+            $env,
+            move |mut ctx: FunctionEnvMut<HostEnv>, $($arg: $ty),*| -> Result<i32, HostStop> {
+                dispatch(&mut ctx, $import, &[$($arg.raw()),*])
+            },
+        )
+    };
+}
+
+/// The host function for `import`, bound to `env`, or `None` for a signature no shim has
+/// (the table's every signature has one; a test checks it).
 pub(crate) fn host_function(
     store: &mut Store,
     env: &FunctionEnv<HostEnv>,
     import: Import,
-) -> Function {
-    match import {
-        Import::ArgsGet => Function::new_typed_with_env(
+) -> Option<Function> {
+    use ValType::{I32, I64};
+    if import.results().is_empty() {
+        // proc_exit: one i32, no result.
+        return match import.params() {
+            [I32] => Some(Function::new_typed_with_env(
+                store,
+                env,
+                move |mut ctx: FunctionEnvMut<HostEnv>, a: i32| -> Result<(), HostStop> {
+                    dispatch(&mut ctx, import, &[a.raw()]).map(drop)
+                },
+            )),
+            _ => None,
+        };
+    }
+    let function = match import.params() {
+        [] => shim!(store, env, import, ()),
+        [I32] => shim!(store, env, import, (a: i32)),
+        [I32, I32] => shim!(store, env, import, (a: i32, b: i32)),
+        [I32, I64] => shim!(store, env, import, (a: i32, b: i64)),
+        [I32, I32, I32] => shim!(store, env, import, (a: i32, b: i32, c: i32)),
+        [I32, I64, I32] => shim!(store, env, import, (a: i32, b: i64, c: i32)),
+        [I32, I64, I64] => shim!(store, env, import, (a: i32, b: i64, c: i64)),
+        [I32, I32, I32, I32] => shim!(store, env, import, (a: i32, b: i32, c: i32, d: i32)),
+        [I32, I64, I32, I32] => shim!(store, env, import, (a: i32, b: i64, c: i32, d: i32)),
+        [I32, I64, I64, I32] => shim!(store, env, import, (a: i32, b: i64, c: i64, d: i32)),
+        [I32, I32, I32, I32, I32] => {
+            shim!(store, env, import, (a: i32, b: i32, c: i32, d: i32, e: i32))
+        }
+        [I32, I32, I32, I64, I32] => {
+            shim!(store, env, import, (a: i32, b: i32, c: i32, d: i64, e: i32))
+        }
+        [I32, I32, I32, I32, I32, I32] => {
+            shim!(store, env, import, (a: i32, b: i32, c: i32, d: i32, e: i32, f: i32))
+        }
+        [I32, I32, I32, I32, I32, I32, I32] => {
+            shim!(store, env, import, (a: i32, b: i32, c: i32, d: i32, e: i32, f: i32, g: i32))
+        }
+        [I32, I32, I32, I32, I64, I64, I32] => {
+            shim!(store, env, import, (a: i32, b: i32, c: i32, d: i32, e: i64, f: i64, g: i32))
+        }
+        [I32, I32, I32, I32, I32, I64, I64, I32, I32] => shim!(
             store,
             env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32, a1: i32| -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::ArgsGet,
-                    &[a0 as u32 as u64, a1 as u32 as u64],
-                )
-            },
+            import,
+            (a: i32, b: i32, c: i32, d: i32, e: i32, f: i64, g: i64, h: i32, i: i32)
         ),
-        Import::ArgsSizesGet => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32, a1: i32| -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::ArgsSizesGet,
-                    &[a0 as u32 as u64, a1 as u32 as u64],
-                )
+        _ => return None,
+    };
+    Some(function)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmer::Type;
+
+    #[test]
+    fn every_import_links_with_exactly_its_table_signature() {
+        let mut store = Store::default();
+        let env = FunctionEnv::new(
+            &mut store,
+            HostEnv {
+                host: None,
+                memory: None,
             },
-        ),
-        Import::EnvironGet => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32, a1: i32| -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::EnvironGet,
-                    &[a0 as u32 as u64, a1 as u32 as u64],
-                )
-            },
-        ),
-        Import::EnvironSizesGet => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32, a1: i32| -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::EnvironSizesGet,
-                    &[a0 as u32 as u64, a1 as u32 as u64],
-                )
-            },
-        ),
-        Import::ClockResGet => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32, a1: i32| -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::ClockResGet,
-                    &[a0 as u32 as u64, a1 as u32 as u64],
-                )
-            },
-        ),
-        Import::ClockTimeGet => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i64,
-             a2: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::ClockTimeGet,
-                    &[a0 as u32 as u64, a1 as u64, a2 as u32 as u64],
-                )
-            },
-        ),
-        Import::FdAdvise => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i64,
-             a2: i64,
-             a3: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdAdvise,
-                    &[a0 as u32 as u64, a1 as u64, a2 as u64, a3 as u32 as u64],
-                )
-            },
-        ),
-        Import::FdAllocate => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i64,
-             a2: i64|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdAllocate,
-                    &[a0 as u32 as u64, a1 as u64, a2 as u64],
-                )
-            },
-        ),
-        Import::FdClose => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32| -> Result<i32, HostStop> {
-                dispatch(&mut ctx, Import::FdClose, &[a0 as u32 as u64])
-            },
-        ),
-        Import::FdDatasync => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32| -> Result<i32, HostStop> {
-                dispatch(&mut ctx, Import::FdDatasync, &[a0 as u32 as u64])
-            },
-        ),
-        Import::FdFdstatGet => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32, a1: i32| -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdFdstatGet,
-                    &[a0 as u32 as u64, a1 as u32 as u64],
-                )
-            },
-        ),
-        Import::FdFdstatSetFlags => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32, a1: i32| -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdFdstatSetFlags,
-                    &[a0 as u32 as u64, a1 as u32 as u64],
-                )
-            },
-        ),
-        Import::FdFdstatSetRights => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i64,
-             a2: i64|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdFdstatSetRights,
-                    &[a0 as u32 as u64, a1 as u64, a2 as u64],
-                )
-            },
-        ),
-        Import::FdFilestatGet => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32, a1: i32| -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdFilestatGet,
-                    &[a0 as u32 as u64, a1 as u32 as u64],
-                )
-            },
-        ),
-        Import::FdFilestatSetSize => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32, a1: i64| -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdFilestatSetSize,
-                    &[a0 as u32 as u64, a1 as u64],
-                )
-            },
-        ),
-        Import::FdFilestatSetTimes => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i64,
-             a2: i64,
-             a3: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdFilestatSetTimes,
-                    &[a0 as u32 as u64, a1 as u64, a2 as u64, a3 as u32 as u64],
-                )
-            },
-        ),
-        Import::FdPread => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32,
-             a3: i64,
-             a4: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdPread,
-                    &[
-                        a0 as u32 as u64,
-                        a1 as u32 as u64,
-                        a2 as u32 as u64,
-                        a3 as u64,
-                        a4 as u32 as u64,
-                    ],
-                )
-            },
-        ),
-        Import::FdPrestatGet => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32, a1: i32| -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdPrestatGet,
-                    &[a0 as u32 as u64, a1 as u32 as u64],
-                )
-            },
-        ),
-        Import::FdPrestatDirName => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdPrestatDirName,
-                    &[a0 as u32 as u64, a1 as u32 as u64, a2 as u32 as u64],
-                )
-            },
-        ),
-        Import::FdPwrite => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32,
-             a3: i64,
-             a4: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdPwrite,
-                    &[
-                        a0 as u32 as u64,
-                        a1 as u32 as u64,
-                        a2 as u32 as u64,
-                        a3 as u64,
-                        a4 as u32 as u64,
-                    ],
-                )
-            },
-        ),
-        Import::FdRead => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32,
-             a3: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdRead,
-                    &[
-                        a0 as u32 as u64,
-                        a1 as u32 as u64,
-                        a2 as u32 as u64,
-                        a3 as u32 as u64,
-                    ],
-                )
-            },
-        ),
-        Import::FdReaddir => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32,
-             a3: i64,
-             a4: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdReaddir,
-                    &[
-                        a0 as u32 as u64,
-                        a1 as u32 as u64,
-                        a2 as u32 as u64,
-                        a3 as u64,
-                        a4 as u32 as u64,
-                    ],
-                )
-            },
-        ),
-        Import::FdRenumber => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32, a1: i32| -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdRenumber,
-                    &[a0 as u32 as u64, a1 as u32 as u64],
-                )
-            },
-        ),
-        Import::FdSeek => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i64,
-             a2: i32,
-             a3: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdSeek,
-                    &[
-                        a0 as u32 as u64,
-                        a1 as u64,
-                        a2 as u32 as u64,
-                        a3 as u32 as u64,
-                    ],
-                )
-            },
-        ),
-        Import::FdSync => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32| -> Result<i32, HostStop> {
-                dispatch(&mut ctx, Import::FdSync, &[a0 as u32 as u64])
-            },
-        ),
-        Import::FdTell => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32, a1: i32| -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdTell,
-                    &[a0 as u32 as u64, a1 as u32 as u64],
-                )
-            },
-        ),
-        Import::FdWrite => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32,
-             a3: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::FdWrite,
-                    &[
-                        a0 as u32 as u64,
-                        a1 as u32 as u64,
-                        a2 as u32 as u64,
-                        a3 as u32 as u64,
-                    ],
-                )
-            },
-        ),
-        Import::PathCreateDirectory => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::PathCreateDirectory,
-                    &[a0 as u32 as u64, a1 as u32 as u64, a2 as u32 as u64],
-                )
-            },
-        ),
-        Import::PathFilestatGet => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32,
-             a3: i32,
-             a4: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::PathFilestatGet,
-                    &[
-                        a0 as u32 as u64,
-                        a1 as u32 as u64,
-                        a2 as u32 as u64,
-                        a3 as u32 as u64,
-                        a4 as u32 as u64,
-                    ],
-                )
-            },
-        ),
-        Import::PathFilestatSetTimes => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32,
-             a3: i32,
-             a4: i64,
-             a5: i64,
-             a6: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::PathFilestatSetTimes,
-                    &[
-                        a0 as u32 as u64,
-                        a1 as u32 as u64,
-                        a2 as u32 as u64,
-                        a3 as u32 as u64,
-                        a4 as u64,
-                        a5 as u64,
-                        a6 as u32 as u64,
-                    ],
-                )
-            },
-        ),
-        Import::PathLink => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32,
-             a3: i32,
-             a4: i32,
-             a5: i32,
-             a6: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::PathLink,
-                    &[
-                        a0 as u32 as u64,
-                        a1 as u32 as u64,
-                        a2 as u32 as u64,
-                        a3 as u32 as u64,
-                        a4 as u32 as u64,
-                        a5 as u32 as u64,
-                        a6 as u32 as u64,
-                    ],
-                )
-            },
-        ),
-        Import::PathOpen => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32,
-             a3: i32,
-             a4: i32,
-             a5: i64,
-             a6: i64,
-             a7: i32,
-             a8: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::PathOpen,
-                    &[
-                        a0 as u32 as u64,
-                        a1 as u32 as u64,
-                        a2 as u32 as u64,
-                        a3 as u32 as u64,
-                        a4 as u32 as u64,
-                        a5 as u64,
-                        a6 as u64,
-                        a7 as u32 as u64,
-                        a8 as u32 as u64,
-                    ],
-                )
-            },
-        ),
-        Import::PathReadlink => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32,
-             a3: i32,
-             a4: i32,
-             a5: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::PathReadlink,
-                    &[
-                        a0 as u32 as u64,
-                        a1 as u32 as u64,
-                        a2 as u32 as u64,
-                        a3 as u32 as u64,
-                        a4 as u32 as u64,
-                        a5 as u32 as u64,
-                    ],
-                )
-            },
-        ),
-        Import::PathRemoveDirectory => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::PathRemoveDirectory,
-                    &[a0 as u32 as u64, a1 as u32 as u64, a2 as u32 as u64],
-                )
-            },
-        ),
-        Import::PathRename => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32,
-             a3: i32,
-             a4: i32,
-             a5: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::PathRename,
-                    &[
-                        a0 as u32 as u64,
-                        a1 as u32 as u64,
-                        a2 as u32 as u64,
-                        a3 as u32 as u64,
-                        a4 as u32 as u64,
-                        a5 as u32 as u64,
-                    ],
-                )
-            },
-        ),
-        Import::PathSymlink => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32,
-             a3: i32,
-             a4: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::PathSymlink,
-                    &[
-                        a0 as u32 as u64,
-                        a1 as u32 as u64,
-                        a2 as u32 as u64,
-                        a3 as u32 as u64,
-                        a4 as u32 as u64,
-                    ],
-                )
-            },
-        ),
-        Import::PathUnlinkFile => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::PathUnlinkFile,
-                    &[a0 as u32 as u64, a1 as u32 as u64, a2 as u32 as u64],
-                )
-            },
-        ),
-        Import::PollOneoff => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32,
-             a3: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::PollOneoff,
-                    &[
-                        a0 as u32 as u64,
-                        a1 as u32 as u64,
-                        a2 as u32 as u64,
-                        a3 as u32 as u64,
-                    ],
-                )
-            },
-        ),
-        Import::ProcExit => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32| -> Result<(), HostStop> {
-                dispatch(&mut ctx, Import::ProcExit, &[a0 as u32 as u64]).map(drop)
-            },
-        ),
-        Import::ProcRaise => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32| -> Result<i32, HostStop> {
-                dispatch(&mut ctx, Import::ProcRaise, &[a0 as u32 as u64])
-            },
-        ),
-        Import::SchedYield => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>| -> Result<i32, HostStop> {
-                dispatch(&mut ctx, Import::SchedYield, &[])
-            },
-        ),
-        Import::RandomGet => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32, a1: i32| -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::RandomGet,
-                    &[a0 as u32 as u64, a1 as u32 as u64],
-                )
-            },
-        ),
-        Import::SockAccept => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::SockAccept,
-                    &[a0 as u32 as u64, a1 as u32 as u64, a2 as u32 as u64],
-                )
-            },
-        ),
-        Import::SockRecv => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32,
-             a3: i32,
-             a4: i32,
-             a5: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::SockRecv,
-                    &[
-                        a0 as u32 as u64,
-                        a1 as u32 as u64,
-                        a2 as u32 as u64,
-                        a3 as u32 as u64,
-                        a4 as u32 as u64,
-                        a5 as u32 as u64,
-                    ],
-                )
-            },
-        ),
-        Import::SockSend => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>,
-             a0: i32,
-             a1: i32,
-             a2: i32,
-             a3: i32,
-             a4: i32|
-             -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::SockSend,
-                    &[
-                        a0 as u32 as u64,
-                        a1 as u32 as u64,
-                        a2 as u32 as u64,
-                        a3 as u32 as u64,
-                        a4 as u32 as u64,
-                    ],
-                )
-            },
-        ),
-        Import::SockShutdown => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32, a1: i32| -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::SockShutdown,
-                    &[a0 as u32 as u64, a1 as u32 as u64],
-                )
-            },
-        ),
-        Import::HttpRequest => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32, a1: i32| -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::HttpRequest,
-                    &[a0 as u32 as u64, a1 as u32 as u64],
-                )
-            },
-        ),
-        Import::HttpReadResponse => Function::new_typed_with_env(
-            store,
-            env,
-            |mut ctx: FunctionEnvMut<HostEnv>, a0: i32, a1: i32| -> Result<i32, HostStop> {
-                dispatch(
-                    &mut ctx,
-                    Import::HttpReadResponse,
-                    &[a0 as u32 as u64, a1 as u32 as u64],
-                )
-            },
-        ),
+        );
+        let wasm_type = |ty: &ValType| match ty {
+            ValType::I32 => Type::I32,
+            ValType::I64 => Type::I64,
+        };
+        for import in Import::all() {
+            let function = host_function(&mut store, &env, import)
+                .unwrap_or_else(|| panic!("{} has no shim", import.name()));
+            let ty = function.ty(&store);
+            let params: Vec<Type> = import.params().iter().map(wasm_type).collect();
+            let results: Vec<Type> = import.results().iter().map(wasm_type).collect();
+            assert_eq!(ty.params(), params.as_slice(), "{}", import.name());
+            assert_eq!(ty.results(), results.as_slice(), "{}", import.name());
+        }
     }
 }
