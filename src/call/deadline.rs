@@ -6,8 +6,7 @@
 //! guest code can be lost. This file does not decide what a fired deadline means for the
 //! outcome; it only remembers which deadline fired.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -37,8 +36,9 @@ struct Entry {
 
 #[derive(Default)]
 struct State {
-    /// (when, call id); stale pairs (an entry moved or gone) are skipped when popped.
-    heap: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// (when, call id) of every registered call, earliest first; kept exact (a call that
+    /// ends or moves its deadline takes its pair out), so it never outgrows the calls.
+    queue: BTreeSet<(Instant, u64)>,
     entries: HashMap<u64, Entry>,
     next_id: u64,
 }
@@ -76,26 +76,20 @@ fn run_timer(shared: &Shared) {
     let mut state = shared.lock();
     loop {
         let now = Instant::now();
-        let next = state.heap.peek().map(|Reverse((at, _))| *at);
-        match next {
+        match state.queue.first().copied() {
             None => state = shared.wake.wait(state).unwrap_or_else(|p| p.into_inner()),
-            Some(at) if at > now => {
+            Some((at, _)) if at > now => {
                 state = shared
                     .wake
                     .wait_timeout(state, at - now)
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
             }
-            Some(_) => {
-                let Some(Reverse((at, id))) = state.heap.pop() else {
-                    continue;
-                };
+            Some((at, id)) => {
+                state.queue.remove(&(at, id));
                 let Some(entry) = state.entries.get_mut(&id) else {
                     continue;
                 };
-                if entry.at != at {
-                    continue;
-                }
                 entry.fired.get_or_insert(entry.kind);
                 entry.cancel.cancel();
                 if let Some(interrupt) = &entry.interrupt {
@@ -103,10 +97,19 @@ fn run_timer(shared: &Shared) {
                 }
                 entry.at = now + REINTERRUPT_EVERY;
                 let again = entry.at;
-                state.heap.push(Reverse((again, id)));
+                state.queue.insert((again, id));
             }
         }
     }
+}
+
+/// Whether a deadline at `at` comes before everything the timer already waits for: only then
+/// must the timer be woken to sleep less (a wake-up per call costs two context switches).
+fn is_earliest(state: &State, at: Instant) -> bool {
+    state
+        .queue
+        .first()
+        .is_none_or(|(earliest, _)| at < *earliest)
 }
 
 /// One call's registration with the timer; dropping it ends the call's deadlines.
@@ -132,9 +135,12 @@ impl CallTimer {
                 interrupt: None,
             },
         );
-        state.heap.push(Reverse((at, id)));
+        let wakes_timer = is_earliest(&state, at);
+        state.queue.insert((at, id));
         drop(state);
-        shared.wake.notify_one();
+        if wakes_timer {
+            shared.wake.notify_one();
+        }
         Self { id, shared }
     }
 
@@ -148,11 +154,16 @@ impl CallTimer {
         if entry.fired.is_some() || entry.at <= at {
             return;
         }
+        let before = entry.at;
         entry.at = at;
         entry.kind = kind;
-        state.heap.push(Reverse((at, self.id)));
+        state.queue.remove(&(before, self.id));
+        let wakes_timer = is_earliest(&state, at);
+        state.queue.insert((at, self.id));
         drop(state);
-        self.shared.wake.notify_one();
+        if wakes_timer {
+            self.shared.wake.notify_one();
+        }
     }
 
     /// Which deadline fired, if one did.
@@ -179,7 +190,10 @@ impl Watchdog for CallTimer {
 
 impl Drop for CallTimer {
     fn drop(&mut self) {
-        self.shared.lock().entries.remove(&self.id);
+        let mut state = self.shared.lock();
+        if let Some(entry) = state.entries.remove(&self.id) {
+            state.queue.remove(&(entry.at, self.id));
+        }
     }
 }
 
@@ -231,6 +245,19 @@ mod tests {
         );
         assert!(cancel.sleep_until(Instant::now() + Duration::from_secs(60)));
         assert_eq!(timer.fired(), Some(DeadlineKind::CallTimeout));
+    }
+
+    #[test]
+    fn an_ended_call_leaves_nothing_queued() {
+        let cancel = Arc::new(Cancel::new());
+        let far = Instant::now() + Duration::from_secs(3600);
+        let timer = CallTimer::start(far, cancel);
+        timer.shorten(far - Duration::from_secs(1), DeadlineKind::ExitAfterEof);
+        let id = timer.id;
+        let shared = Arc::clone(&timer.shared);
+        assert!(shared.lock().queue.iter().filter(|(_, i)| *i == id).count() == 1);
+        drop(timer);
+        assert!(shared.lock().queue.iter().all(|(_, i)| *i != id));
     }
 
     #[test]
