@@ -99,6 +99,8 @@ pub struct Ran<C> {
     /// `/volume/tmp` on the host, while it exists (a fresh one is removed when this drops).
     pub volume_tmp: Option<VolumeDir>,
     pub volume_data: Option<PathBuf>,
+    /// The `/skills` folder made for the call, removed when this drops.
+    _skills: Option<tempfile::TempDir>,
 }
 
 /// A `/volume/tmp` folder on the host; a fresh one is removed on drop.
@@ -152,21 +154,32 @@ fn lazy_dir(path: PathBuf, create: bool) -> PreopenDir {
     }))
 }
 
+/// Where a fresh `/volume/tmp` will be made: a random name in the system's temporary folder.
 fn fresh_volume_path() -> PathBuf {
-    let mut bytes = [0u8; 8];
-    // A name clash is only a failed mkdir, never a shared folder: create_dir fails on an
-    // existing path. An unavailable random source falls back to the clock.
+    let mut bytes = [0u8; 12];
+    // A clash is only a failed mkdir, never a shared folder: the folder is made with
+    // create-new semantics. An unavailable random source falls back to the clock.
     if getrandom::fill(&mut bytes).is_err() {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        bytes = nanos.to_le_bytes();
+            .map_or(0, |d| d.as_nanos());
+        bytes.copy_from_slice(&nanos.to_le_bytes()[..12]);
     }
     std::env::temp_dir().join(format!("hako-volume-{}", hex::encode(bytes)))
 }
 
+/// Makes a folder only this user can enter, failing if the path exists.
+fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().mode(0o700).create(path)
+}
+
 /// The preopens of a call, in the ABI's order, and the `/volume/tmp` folder behind them.
-fn preopens(mounts: &Mounts) -> Result<(Vec<Preopen>, Option<VolumeDir>), RunError> {
+/// What a call's mounts leave on the host: the preopens, `/volume/tmp`'s folder, and the
+/// `/skills` folder made for the call.
+type Prepared = (Vec<Preopen>, Option<VolumeDir>, Option<tempfile::TempDir>);
+
+fn preopens(mounts: &Mounts) -> Result<Prepared, RunError> {
     let mut preopens = Vec::with_capacity(3 + mounts.skills.len());
     let volume = match &mounts.volume_tmp {
         VolumeTmp::None => None,
@@ -176,7 +189,7 @@ fn preopens(mounts: &Mounts) -> Result<(Vec<Preopen>, Option<VolumeDir>), RunErr
             preopens.push(Preopen {
                 guest_path: "/volume/tmp".into(),
                 dir: PreopenDir::Lazy(Box::new(move || {
-                    std::fs::create_dir(&for_open)?;
+                    create_private_dir(&for_open)?;
                     Dir::open_ambient_dir(&for_open, ambient_authority())
                 })),
                 read_only: false,
@@ -209,10 +222,13 @@ fn preopens(mounts: &Mounts) -> Result<(Vec<Preopen>, Option<VolumeDir>), RunErr
             read_only: true,
         });
     }
+    let mut skills = None;
     if !mounts.skills.is_empty() {
+        let (dir, folder) = skills_root(&mounts.skills)?;
+        skills = Some(folder);
         preopens.push(Preopen {
             guest_path: "/skills".into(),
-            dir: PreopenDir::Open(skills_root(&mounts.skills)?),
+            dir: PreopenDir::Open(dir),
             read_only: true,
         });
         for (name, path) in &mounts.skills {
@@ -223,21 +239,23 @@ fn preopens(mounts: &Mounts) -> Result<(Vec<Preopen>, Option<VolumeDir>), RunErr
             });
         }
     }
-    Ok((preopens, volume))
+    Ok((preopens, volume, skills))
 }
 
 /// `/skills` itself: a read-only folder that lists each skill's name as an empty folder (the
-/// skills' own preopens serve their content). Made once per set of names and kept.
-fn skills_root(skills: &[(String, PathBuf)]) -> Result<Dir, RunError> {
-    let mut names: Vec<&str> = skills.iter().map(|(name, _)| name.as_str()).collect();
-    names.sort_unstable();
-    let digest = crate::store::sha256_hex(names.join("\n").as_bytes());
-    let root = std::env::temp_dir().join(format!("hako-skills-{}", &digest[..16]));
+/// skills' own preopens serve their content). Made for the call in a folder only this user
+/// can enter, and removed with the call.
+fn skills_root(skills: &[(String, PathBuf)]) -> Result<(Dir, tempfile::TempDir), RunError> {
     let fail = |err: std::io::Error| RunError::Sandbox(format!("/skills: {err}"));
-    for name in &names {
-        std::fs::create_dir_all(root.join(name)).map_err(fail)?;
+    let root = tempfile::Builder::new()
+        .prefix("hako-skills-")
+        .tempdir()
+        .map_err(fail)?;
+    for (name, _) in skills {
+        std::fs::create_dir_all(root.path().join(name)).map_err(fail)?;
     }
-    Dir::open_ambient_dir(&root, ambient_authority()).map_err(fail)
+    let dir = Dir::open_ambient_dir(root.path(), ambient_authority()).map_err(fail)?;
+    Ok((dir, root))
 }
 
 /// Runs `module` once with `conversation` on its stdin.
@@ -254,7 +272,7 @@ pub fn run<C: Conversation + 'static>(
     let cancel = Arc::new(Cancel::new());
     let timer = Arc::new(CallTimer::start(deadline, Arc::clone(&cancel)));
     let budget = Arc::new(WriteBudget::new(limits.write_budget));
-    let (preopens, volume_tmp) = preopens(mounts)?;
+    let (preopens, volume_tmp, skills_folder) = preopens(mounts)?;
     let session = Session::new(conversation, Arc::clone(&timer));
     let wasi = Wasi::new(
         SandboxConfig {
@@ -298,6 +316,7 @@ pub fn run<C: Conversation + 'static>(
         memory_bytes: result.memory_bytes,
         volume_tmp,
         volume_data: mounts.data.clone(),
+        _skills: skills_folder,
     })
 }
 
@@ -372,5 +391,55 @@ pub fn volume_root<C>(ran: &Ran<C>, first_segment: &str) -> Option<Dir> {
             .as_deref()
             .and_then(|path: &Path| Dir::open_ambient_dir(path, ambient_authority()).ok()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mounts(volume_tmp: VolumeTmp) -> Mounts {
+        Mounts {
+            volume_tmp,
+            data: None,
+            package_assets: None,
+            skills: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_fresh_volume_is_made_on_first_use_private_and_removed_with_its_call() {
+        let (mut preopens, volume, _) = preopens(&mounts(VolumeTmp::Fresh)).unwrap();
+        let volume = volume.unwrap();
+        assert!(volume.open().is_none(), "made before use");
+        let PreopenDir::Lazy(open) = preopens.remove(0).dir else {
+            panic!("a fresh volume is opened lazily");
+        };
+        open().unwrap();
+        let mode = std::fs::metadata(&volume.path)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let path = volume.path.clone();
+        drop(volume);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_given_volume_is_kept_after_the_call() {
+        let folder = tempfile::tempdir().unwrap();
+        let given = folder.path().join("vol");
+        let (_, volume, _) = preopens(&mounts(VolumeTmp::Given(given.clone()))).unwrap();
+        std::fs::create_dir(&given).unwrap();
+        drop(volume);
+        assert!(given.exists());
+    }
+
+    #[test]
+    fn discovery_mounts_no_volume() {
+        let (preopens, volume, skills) = preopens(&mounts(VolumeTmp::None)).unwrap();
+        assert!(preopens.is_empty() && volume.is_none() && skills.is_none());
     }
 }
