@@ -197,3 +197,23 @@ fn an_image_over_the_stdout_limit_crashes_as_stdout_limit() {
         .args(json!({"mime": "image/png", "base64": data}))
         .crashes(CrashKind::StdoutLimit);
 }
+
+#[test]
+fn endless_recursion_crashes_as_trap() {
+    let wasm = wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+             (func $deeper (call $deeper))
+             (func (export "_start") (call $deeper)))"#,
+    )
+    .unwrap();
+    let (message, _) = Call::new("anything").module(wasm).crashes(CrashKind::Trap);
+    assert!(message.contains("stack"), "{message}");
+}
+
+#[test]
+fn a_guest_stopped_by_its_deadline_leaves_the_host_able_to_run_the_next_call() {
+    Call::new("spin")
+        .limits(|limits| limits.timeout = Duration::from_millis(100))
+        .crashes(CrashKind::Timeout);
+    Call::new("greet").args(json!({"name": "again"})).answers();
+}
