@@ -31,8 +31,13 @@ pub const MAX_NESTING: usize = 32;
 /// The revisions `initialize` answers with, newest first.
 pub const INITIALIZE_VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2024-11-05"];
 
+/// The revisions of the stateless style (`server/discover`, `_meta` on every request).
+pub const STATELESS_VERSIONS: [&str; 1] = [PROTOCOL_VERSION];
+
 /// The `_meta` key naming the revision of a stateless request.
 const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// The `_meta` key of a stateless result naming the server.
+const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
 /// JSON-RPC error codes.
 pub mod code {
@@ -43,6 +48,8 @@ pub mod code {
     pub const INTERNAL_ERROR: i64 = -32603;
     /// The server is busy (the call queue is full) or stopping: try again later.
     pub const SERVER_BUSY: i64 = -32000;
+    /// A stateless request names a revision the server does not speak (2026-07-28).
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 }
 
 /// What to send back for one incoming message.
@@ -61,6 +68,7 @@ pub enum Dispatch {
 /// A tool call running or queued on a guest thread.
 pub struct Pending {
     id: Value,
+    stateless: bool,
     receiver: oneshot::Receiver<Result<CallOutcome, CallError>>,
 }
 
@@ -68,7 +76,13 @@ impl Pending {
     /// The call's answer, once its guest has finished.
     pub async fn answer(self) -> Vec<u8> {
         match self.receiver.await {
-            Ok(Ok(outcome)) => result(&self.id, call_tool_result(&outcome)),
+            Ok(Ok(outcome)) => {
+                let mut answer = call_tool_result(&outcome);
+                if self.stateless {
+                    answer["resultType"] = json!("complete");
+                }
+                result(&self.id, answer)
+            }
             Ok(Err(err)) => error(&self.id, code::INTERNAL_ERROR, &err.to_string()),
             Err(_) => error(&self.id, code::INTERNAL_ERROR, "the guest thread lost the call"),
         }
@@ -113,6 +127,10 @@ pub fn error(id: &Value, code: i64, text: &str) -> Vec<u8> {
     message(id, "error", &json!({"code": code, "message": text}))
 }
 
+fn error_with_data(id: &Value, code: i64, text: &str, data: Value) -> Vec<u8> {
+    message(id, "error", &json!({"code": code, "message": text, "data": data}))
+}
+
 fn message(id: &Value, member: &str, value: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
     out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
@@ -131,6 +149,8 @@ struct Request {
     id: Value,
     method: String,
     params: Map<String, Value>,
+    /// Whether the request is of the stateless style (its `_meta` names a revision).
+    stateless: bool,
 }
 
 /// Reads one message: a request, or what to answer without looking further (a parse error,
@@ -181,21 +201,38 @@ fn read(bytes: &[u8]) -> Result<Request, Dispatch> {
             return Err(Dispatch::Answer(answer));
         }
     };
-    if let Some(version) = params.get("_meta").and_then(|meta| meta.get(META_VERSION)) {
-        if !supported(version.as_str().unwrap_or_default()) {
+    let version = params.get("_meta").and_then(|meta| meta.get(META_VERSION));
+    if let Some(version) = version {
+        let requested = version.as_str().unwrap_or_default();
+        if !STATELESS_VERSIONS.contains(&requested) {
             let text = format!(
-                "unsupported protocol revision {version}; this server speaks {}",
-                all_versions().join(", ")
+                "unsupported protocol revision {version}; this server speaks {} without \
+                 initialize, and {} through initialize",
+                STATELESS_VERSIONS.join(", "),
+                INITIALIZE_VERSIONS.join(", ")
             );
-            return Err(Dispatch::Answer(error(&id, code::INVALID_PARAMS, &text)));
+            let data = json!({"supported": STATELESS_VERSIONS, "requested": version});
+            let answer = error_with_data(&id, code::UNSUPPORTED_PROTOCOL_VERSION, &text, data);
+            return Err(Dispatch::Answer(answer));
         }
     }
-    Ok(Request { id, method, params })
+    let stateless = version.is_some() || method == "server/discover";
+    Ok(Request {
+        id,
+        method,
+        params,
+        stateless,
+    })
 }
 
 /// Handles one incoming message for `package`.
 pub fn dispatch(calls: &Arc<Calls>, package: &str, bytes: &[u8]) -> Dispatch {
-    let Request { id, method, params } = match read(bytes) {
+    let Request {
+        id,
+        method,
+        params,
+        stateless,
+    } = match read(bytes) {
         Ok(request) => request,
         Err(dispatch) => return dispatch,
     };
@@ -203,28 +240,29 @@ pub fn dispatch(calls: &Arc<Calls>, package: &str, bytes: &[u8]) -> Dispatch {
         Ok(served) => served,
         Err(err) => return Dispatch::Answer(error(&id, code::INTERNAL_ERROR, &err.to_string())),
     };
-    match method.as_str() {
-        "initialize" => Dispatch::Answer(result(&id, initialize(&served, &params))),
-        "server/discover" => Dispatch::Answer(result(&id, discover(&served))),
-        "ping" => Dispatch::Answer(result(&id, json!({}))),
-        "tools/list" => Dispatch::Answer(result(&id, json!({"tools": served.stored.tools}))),
-        "tools/call" => tools_call(calls, served, id, &params),
-        other => Dispatch::Answer(error(
-            &id,
-            code::METHOD_NOT_FOUND,
-            &format!("method {other:?} is not offered"),
-        )),
+    let mut answer = match method.as_str() {
+        "initialize" => initialize(&served, &params),
+        "server/discover" => discover(&served),
+        "ping" => json!({}),
+        "tools/list" => cacheable(json!({"tools": served.stored.tools})),
+        "tools/call" => return tools_call(calls, served, id, stateless, &params),
+        other => {
+            let text = format!("method {other:?} is not offered");
+            return Dispatch::Answer(error(&id, code::METHOD_NOT_FOUND, &text));
+        }
+    };
+    if stateless {
+        answer["resultType"] = json!("complete");
     }
+    Dispatch::Answer(result(&id, answer))
 }
 
-fn all_versions() -> Vec<&'static str> {
-    let mut versions = vec![PROTOCOL_VERSION];
-    versions.extend(INITIALIZE_VERSIONS);
-    versions
-}
-
-fn supported(version: &str) -> bool {
-    all_versions().contains(&version)
+/// A result of the stateless style that a client may cache: hako marks it stale at once and
+/// private, since an upload can change the tools at any moment.
+fn cacheable(mut answer: Value) -> Value {
+    answer["ttlMs"] = json!(0);
+    answer["cacheScope"] = json!("private");
+    answer
 }
 
 fn server_info(served: &Served) -> Value {
@@ -249,14 +287,24 @@ fn initialize(served: &Served, params: &Map<String, Value>) -> Value {
 }
 
 fn discover(served: &Served) -> Value {
-    json!({
-        "supportedVersions": all_versions(),
+    let mut answer = json!({
+        "supportedVersions": STATELESS_VERSIONS,
         "capabilities": {"tools": {"listChanged": false}},
-        "serverInfo": server_info(served),
-    })
+        "_meta": {META_SERVER_INFO: server_info(served)},
+    });
+    if let Some(description) = &served.stored.record.description {
+        answer["instructions"] = json!(description);
+    }
+    cacheable(answer)
 }
 
-fn tools_call(calls: &Arc<Calls>, served: Arc<Served>, id: Value, params: &Map<String, Value>) -> Dispatch {
+fn tools_call(
+    calls: &Arc<Calls>,
+    served: Arc<Served>,
+    id: Value,
+    stateless: bool,
+    params: &Map<String, Value>,
+) -> Dispatch {
     let Some(tool) = params.get("name").and_then(Value::as_str) else {
         return Dispatch::Answer(error(&id, code::INVALID_PARAMS, "tools/call needs a string \"name\""));
     };
@@ -266,7 +314,11 @@ fn tools_call(calls: &Arc<Calls>, served: Arc<Served>, id: Value, params: &Map<S
         Some(_) => return Dispatch::Answer(error(&id, code::INVALID_PARAMS, "\"arguments\" must be an object")),
     };
     match calls.submit(served, tool.to_string(), arguments, Limits::CALL) {
-        Ok(receiver) => Dispatch::Pending(Pending { id, receiver }),
+        Ok(receiver) => Dispatch::Pending(Pending {
+            id,
+            stateless,
+            receiver,
+        }),
         Err(err @ CallError::Rejected(Rejected::Busy | Rejected::Closed)) => {
             Dispatch::Busy(error(&id, code::SERVER_BUSY, &format!("{err}; try again shortly")))
         }
@@ -432,7 +484,8 @@ mod tests {
         let unknown = answer_of(
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"1999-01-01"}}}"#,
         );
-        assert_eq!(unknown["error"]["code"], code::INVALID_PARAMS);
+        assert_eq!(unknown["error"]["code"], code::UNSUPPORTED_PROTOCOL_VERSION);
+        assert_eq!(unknown["error"]["data"]["supported"], json!(["2026-07-28"]));
     }
 
     #[test]
