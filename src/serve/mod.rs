@@ -233,7 +233,7 @@ pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(
             tracing::warn!("requests still open after {drain:?}; stopping without them");
         }
         drain_pool(&calls, drain).await;
-        Ok(())
+        Ok::<(), ServeError>(())
     });
     // Whatever is still blocked (a read nobody waits for) must not hold the process.
     runtime.shutdown_background();

@@ -126,6 +126,12 @@ fn event(name: &str, data: &[u8]) -> Bytes {
     Bytes::from(out)
 }
 
+/// Resolves once the server is stopping (the guard `wait_for` returns is not held across
+/// awaits: it is not `Send`).
+async fn stopped(stopping: &mut watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|stopping| *stopping).await;
+}
+
 /// `GET /sse/{name}`: opens a session.
 pub fn open(server: &Arc<Server>, name: &str) -> Response<Body> {
     if let Err(err) = server.calls.package(name) {
@@ -179,7 +185,7 @@ pub fn open(server: &Arc<Server>, name: &str) -> Response<Body> {
                         }
                     }
                     () = frames.closed() => break,
-                    _ = stopping.wait_for(|stopping| *stopping) => break,
+                    () = stopped(&mut stopping) => break,
                 }
             }
         }
