@@ -10,13 +10,15 @@ mod support;
 use std::path::Path;
 
 use serde_json::{json, Value};
-use serve_support::{Server, request};
+use serve_support::{request, Server};
 
 /// A `.tar.gz` of the package folder at `dir`.
 fn archive_of(dir: &Path) -> Vec<u8> {
     let encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     let mut builder = tar::Builder::new(encoder);
-    builder.append_dir_all(".", dir).expect("the package is archived");
+    builder
+        .append_dir_all(".", dir)
+        .expect("the package is archived");
     builder
         .into_inner()
         .and_then(|encoder| encoder.finish())
@@ -64,7 +66,10 @@ fn an_uploaded_archive_is_stored_listed_shown_and_called() {
     assert_eq!(call.status, 200, "{}", call.text());
     let outcome = call.json();
     assert_eq!(outcome["outcome"], "ok");
-    assert_eq!(outcome["result"]["structuredContent"], json!({"message": "Hello, Ada!"}));
+    assert_eq!(
+        outcome["result"]["structuredContent"],
+        json!({"message": "Hello, Ada!"})
+    );
     assert_eq!(outcome["result"]["isError"], false);
 }
 
@@ -109,7 +114,10 @@ fn a_crash_is_an_outcome_and_unknown_names_are_404() {
     let outcome = crashed.json();
     assert_eq!(outcome["outcome"], "crashed");
     assert_eq!(outcome["crash"]["kind"], "trap");
-    assert!(outcome["stderr"].as_str().unwrap().contains("about to trap"));
+    assert!(outcome["stderr"]
+        .as_str()
+        .unwrap()
+        .contains("about to trap"));
 
     let no_tool = server.post_json("/v1/packages/greet/call", &json!({"tool": "shout"}));
     assert_eq!(no_tool.status, 404);
@@ -124,9 +132,18 @@ fn a_crash_is_an_outcome_and_unknown_names_are_404() {
     let metrics = server.get("/metrics");
     assert_eq!(metrics.status, 200);
     let text = metrics.text();
-    assert!(text.contains("hako_call_crashes_total{kind=\"trap\"} 1"), "{text}");
-    assert!(text.contains("hako_calls_total{outcome=\"crashed\"} 1"), "{text}");
-    assert!(text.contains("hako_call_duration_seconds_count 1"), "{text}");
+    assert!(
+        text.contains("hako_call_crashes_total{kind=\"trap\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("hako_calls_total{outcome=\"crashed\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("hako_call_duration_seconds_count 1"),
+        "{text}"
+    );
     assert_eq!(server.get("/healthz").text(), "ok\n");
 }
 
@@ -146,25 +163,44 @@ fn module_loads_after_the_first_come_from_the_shared_cache() {
     let store = serve_support::store();
     let server = Server::start(store.path(), &[]);
     for _ in 0..3 {
-        let reply = server.post_json("/v1/packages/greet/call", &json!({"tool": "greet", "arguments": {"name": "x"}}));
+        let reply = server.post_json(
+            "/v1/packages/greet/call",
+            &json!({"tool": "greet", "arguments": {"name": "x"}}),
+        );
         assert_eq!(reply.json()["outcome"], "ok");
     }
-    assert_eq!(server.metric("hako_module_loads_total{source=\"artifact\"}"), 1.0);
-    assert_eq!(server.metric("hako_module_loads_total{source=\"memory\"}"), 2.0);
+    assert_eq!(
+        server.metric("hako_module_loads_total{source=\"artifact\"}"),
+        1.0
+    );
+    assert_eq!(
+        server.metric("hako_module_loads_total{source=\"memory\"}"),
+        2.0
+    );
 }
 
 #[test]
 fn request_bodies_beyond_the_limit_are_refused_with_413() {
     let store = serve_support::store();
-    let server = Server::start(store.path(), &["--max-body", "1024", "--max-upload", "2048"]);
+    let server = Server::start(
+        store.path(),
+        &["--max-body", "1024", "--max-upload", "2048"],
+    );
     let big = json!({"tool": "greet", "arguments": {"name": "x".repeat(2000)}});
-    assert_eq!(server.post_json("/v1/packages/greet/call", &big).status, 413);
-    let message = json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "x".repeat(2000)}});
+    assert_eq!(
+        server.post_json("/v1/packages/greet/call", &big).status,
+        413
+    );
+    let message =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "x".repeat(2000)}});
     assert_eq!(server.post_json("/mcp/greet", &message).status, 413);
     let upload = server.request("POST", "/v1/packages", &[], &vec![0u8; 4096]);
     assert_eq!(upload.status, 413);
     let small = json!({"tool": "greet", "arguments": {"name": "x"}});
-    assert_eq!(server.post_json("/v1/packages/greet/call", &small).status, 200);
+    assert_eq!(
+        server.post_json("/v1/packages/greet/call", &small).status,
+        200
+    );
 }
 
 #[test]
@@ -172,11 +208,26 @@ fn a_configured_token_is_required_exactly_except_for_health() {
     let store = serve_support::store();
     let server = Server::start(store.path(), &["--token", "s3cret"]);
     assert_eq!(server.get("/v1/packages").status, 401);
-    let wrong = server.request("GET", "/v1/packages", &[("authorization", "Bearer s3cre")], b"");
+    let wrong = server.request(
+        "GET",
+        "/v1/packages",
+        &[("authorization", "Bearer s3cre")],
+        b"",
+    );
     assert_eq!(wrong.status, 401);
-    let basic = server.request("GET", "/v1/packages", &[("authorization", "Basic s3cret")], b"");
+    let basic = server.request(
+        "GET",
+        "/v1/packages",
+        &[("authorization", "Basic s3cret")],
+        b"",
+    );
     assert_eq!(basic.status, 401);
-    let right = server.request("GET", "/v1/packages", &[("authorization", "Bearer s3cret")], b"");
+    let right = server.request(
+        "GET",
+        "/v1/packages",
+        &[("authorization", "Bearer s3cret")],
+        b"",
+    );
     assert_eq!(right.status, 200);
     assert_eq!(server.get("/healthz").status, 200);
     assert_eq!(server.get("/sse/greet").status, 401);
@@ -188,7 +239,12 @@ fn the_token_may_come_from_the_environment() {
     let store = serve_support::store();
     let server = Server::start_with(store.path(), &[], &[("HAKO_TOKEN", "from-env")]);
     assert_eq!(server.get("/metrics").status, 401);
-    let right = server.request("GET", "/metrics", &[("authorization", "Bearer from-env")], b"");
+    let right = server.request(
+        "GET",
+        "/metrics",
+        &[("authorization", "Bearer from-env")],
+        b"",
+    );
     assert_eq!(right.status, 200);
 }
 
@@ -208,7 +264,15 @@ fn a_foreign_origin_is_refused_unless_allowed() {
     assert_eq!(with_origin("http://127.0.0.1"), 200);
     assert_eq!(with_origin("http://[::1]:8080"), 200);
     assert_eq!(with_origin("https://app.example"), 200);
-    assert_eq!(server.post_json("/mcp/greet", &json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})).status, 200);
+    assert_eq!(
+        server
+            .post_json(
+                "/mcp/greet",
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+            )
+            .status,
+        200
+    );
 }
 
 #[test]
@@ -239,13 +303,23 @@ fn beyond_the_queue_calls_get_503_and_every_accepted_call_is_answered() {
     let send = move || {
         let body = body.clone();
         std::thread::spawn(move || {
-            request(addr, "POST", "/v1/packages/fixture/call", &[], body.as_bytes())
+            request(
+                addr,
+                "POST",
+                "/v1/packages/fixture/call",
+                &[],
+                body.as_bytes(),
+            )
         })
     };
     let running = send();
-    server.wait_until("the first call runs", |s| s.metric("hako_calls_in_flight") == 1.0);
+    server.wait_until("the first call runs", |s| {
+        s.metric("hako_calls_in_flight") == 1.0
+    });
     let queued = send();
-    server.wait_until("the second call is queued", |s| s.metric("hako_calls_queued") == 1.0);
+    server.wait_until("the second call is queued", |s| {
+        s.metric("hako_calls_queued") == 1.0
+    });
     let refused = server.post_json("/v1/packages/fixture/call", &sleep_call(1));
     assert_eq!(refused.status, 503, "{}", refused.text());
     assert_eq!(refused.header("retry-after"), Some("1"));
@@ -271,7 +345,13 @@ fn sigterm_finishes_the_calls_in_flight_then_exits_zero() {
     let addr = server.addr;
     let body = sleep_call(500).to_string();
     let call = std::thread::spawn(move || {
-        request(addr, "POST", "/v1/packages/fixture/call", &[], body.as_bytes())
+        request(
+            addr,
+            "POST",
+            "/v1/packages/fixture/call",
+            &[],
+            body.as_bytes(),
+        )
     });
     server.wait_until("the call runs", |s| s.metric("hako_calls_in_flight") == 1.0);
     let status = server.terminate();
@@ -279,5 +359,8 @@ fn sigterm_finishes_the_calls_in_flight_then_exits_zero() {
     let reply = call.join().unwrap();
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(reply.json()["outcome"], "ok");
-    assert_eq!(reply.json()["result"]["content"][0]["text"], r#"{"slept_ms":500}"#);
+    assert_eq!(
+        reply.json()["result"]["content"][0]["text"],
+        r#"{"slept_ms":500}"#
+    );
 }

@@ -32,7 +32,10 @@ fn install() -> Result<PathBuf, String> {
     let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mcp-venv");
     let python = venv.join("bin").join("python");
     let installed = Command::new(&python)
-        .args(["-c", "import importlib.metadata as m; print(m.version('mcp'))"])
+        .args([
+            "-c",
+            "import importlib.metadata as m; print(m.version('mcp'))",
+        ])
         .output();
     let wanted = MCP_REQUIREMENT.trim_start_matches("mcp==");
     if let Ok(output) = &installed {
@@ -55,7 +58,14 @@ fn install() -> Result<PathBuf, String> {
         ));
     }
     let pip = Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", MCP_REQUIREMENT])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            MCP_REQUIREMENT,
+        ])
         .output()
         .map_err(|err| format!("running pip: {err}"))?;
     if !pip.status.success() {
@@ -80,17 +90,28 @@ fn client(args: &[&str]) -> Value {
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
-        panic!("client.py printed no JSON ({err}): {}", String::from_utf8_lossy(&output.stdout))
+        panic!(
+            "client.py printed no JSON ({err}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
     })
 }
 
 fn assert_greeted(report: &Value, version: &str) {
     assert_eq!(report["protocol_version"], version, "{report}");
     assert_eq!(report["tools"], json!(["greet"]), "{report}");
-    assert_eq!(report["greeted"]["structured"], json!({"message": "Hello, Ada!"}), "{report}");
+    assert_eq!(
+        report["greeted"]["structured"],
+        json!({"message": "Hello, Ada!"}),
+        "{report}"
+    );
     assert_eq!(report["greeted"]["is_error"], false, "{report}");
     assert_eq!(report["refused"]["is_error"], true, "{report}");
-    assert_eq!(report["refused"]["text"], json!(["name is required"]), "{report}");
+    assert_eq!(
+        report["refused"]["text"],
+        json!(["name is required"]),
+        "{report}"
+    );
 }
 
 fn greet_store() -> tempfile::TempDir {

@@ -30,9 +30,18 @@ fn stdio_lists_and_calls_and_exits_zero_at_end_of_input() {
     ]
     .concat();
     let output = stdio(store.path(), "greet", input.as_bytes());
-    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let lines = stdout_lines(&output);
-    assert_eq!(lines.len(), 3, "the notification is not answered: {lines:?}");
+    assert_eq!(
+        lines.len(),
+        3,
+        "the notification is not answered: {lines:?}"
+    );
     assert_eq!(by_id(&lines, 1)["result"]["protocolVersion"], "2025-06-18");
     assert_eq!(by_id(&lines, 2)["result"]["tools"][0]["name"], "greet");
     let call = &by_id(&lines, 3)["result"];
@@ -42,11 +51,16 @@ fn stdio_lists_and_calls_and_exits_zero_at_end_of_input() {
 #[test]
 fn a_call_still_running_at_end_of_input_is_answered_before_the_exit() {
     let store = serve_support::store();
-    let input = line(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "sleep", "arguments": {"ms": 300}}}));
+    let input = line(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "sleep", "arguments": {"ms": 300}}}),
+    );
     let output = stdio(store.path(), "fixture", input.as_bytes());
     assert_eq!(output.status.code(), Some(0));
     let lines = stdout_lines(&output);
-    assert_eq!(lines[0]["result"]["content"][0]["text"], r#"{"slept_ms":300}"#);
+    assert_eq!(
+        lines[0]["result"]["content"][0]["text"],
+        r#"{"slept_ms":300}"#
+    );
 }
 
 #[test]
@@ -65,7 +79,10 @@ fn an_oversized_line_is_one_parse_error_and_the_next_line_is_served() {
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert_eq!(lines[0]["error"]["code"], -32700);
     assert_eq!(lines[0]["id"], Value::Null);
-    assert!(lines[0]["error"]["message"].as_str().unwrap().contains("65536"));
+    assert!(lines[0]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("65536"));
     assert_eq!(lines[1], json!({"jsonrpc": "2.0", "id": 2, "result": {}}));
 }
 
@@ -74,10 +91,14 @@ fn a_line_just_under_the_cap_is_served() {
     let store = serve_support::store();
     let frame = r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":""}}"#;
     let pad = "y".repeat(64 * 1024 - frame.len());
-    let request = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{pad}"}}}}"#);
+    let request =
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{pad}"}}}}"#);
     assert_eq!(request.len(), 64 * 1024);
     let output = stdio(store.path(), "greet", format!("{request}\n").as_bytes());
-    assert_eq!(stdout_lines(&output), [json!({"jsonrpc": "2.0", "id": 1, "result": {}})]);
+    assert_eq!(
+        stdout_lines(&output),
+        [json!({"jsonrpc": "2.0", "id": 1, "result": {}})]
+    );
 }
 
 #[test]
@@ -100,7 +121,11 @@ fn nesting_null_ids_and_notifications_are_told_apart() {
     let output = stdio(store.path(), "greet", input.as_bytes());
     let lines = stdout_lines(&output);
     let codes: Vec<Value> = lines.iter().map(|l| l["error"]["code"].clone()).collect();
-    assert_eq!(codes, [json!(-32700), json!(-32600), json!(-32700), Value::Null], "{lines:?}");
+    assert_eq!(
+        codes,
+        [json!(-32700), json!(-32600), json!(-32700), Value::Null],
+        "{lines:?}"
+    );
     assert_eq!(lines[3]["id"], "last");
 }
 
@@ -110,9 +135,22 @@ fn a_package_folder_is_uploaded_then_served() {
     let greet = support::greet_package_dir();
     let input = line(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}));
     let output = stdio(store.path(), greet.to_str().unwrap(), input.as_bytes());
-    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
-    assert_eq!(stdout_lines(&output)[0]["result"]["tools"][0]["name"], "greet");
-    assert!(store.path().join("packages").join("greet").join("current").is_file());
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        stdout_lines(&output)[0]["result"]["tools"][0]["name"],
+        "greet"
+    );
+    assert!(store
+        .path()
+        .join("packages")
+        .join("greet")
+        .join("current")
+        .is_file());
 }
 
 #[test]

@@ -129,7 +129,10 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                     uploaded.name
                 }
                 Err(UploadError::Refused(refusal)) => {
-                    eprintln!("hako: {} is refused at discovery:\n  - {refusal}", path.display());
+                    eprintln!(
+                        "hako: {} is refused at discovery:\n  - {refusal}",
+                        path.display()
+                    );
                     return Err(Failure::Refused);
                 }
                 Err(err) => return Err(Failure::Host(err.into())),

@@ -72,11 +72,30 @@ pub fn show(server: &Server, name: &str) -> Response<Body> {
     }
 }
 
-fn refused(problems: Value) -> Response<Body> {
-    http::json(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        &json!({"refused": true, "problems": problems}),
-    )
+/// Why an upload stored nothing, before it becomes a response.
+enum UploadFailure {
+    /// The package broke these rules (`[{"rule","message"}]`).
+    Refused(Value),
+    /// The host failed.
+    Internal(String),
+}
+
+impl UploadFailure {
+    fn internal(err: &dyn std::fmt::Display) -> Self {
+        UploadFailure::Internal(err.to_string())
+    }
+
+    fn response(self) -> Response<Body> {
+        match self {
+            UploadFailure::Refused(problems) => http::json(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &json!({"refused": true, "problems": problems}),
+            ),
+            UploadFailure::Internal(message) => {
+                problem(StatusCode::INTERNAL_SERVER_ERROR, &message)
+            }
+        }
+    }
 }
 
 /// `POST /v1/packages`.
@@ -87,8 +106,8 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
     };
     let _one_at_a_time = server.uploads.lock().await;
     let store = server.calls.store().clone();
-    let work = tokio::task::spawn_blocking(move || -> Result<upload::Uploaded, Response<Body>> {
-        let internal = |err: &dyn std::fmt::Display| problem(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string());
+    let work = tokio::task::spawn_blocking(move || -> Result<upload::Uploaded, UploadFailure> {
+        let internal = UploadFailure::internal;
         let mut archive = tempfile::Builder::new()
             .prefix("hako-upload-")
             .suffix(".tar.gz")
@@ -98,16 +117,17 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
         let package = match package::load(archive.path()) {
             Ok(package) => package,
             Err(LoadError::Refused(refusal)) => {
-                return Err(refused(serde_json::to_value(&refusal.problems).unwrap_or_default()))
+                let problems = serde_json::to_value(&refusal.problems).unwrap_or_default();
+                return Err(UploadFailure::Refused(problems));
             }
             Err(err @ LoadError::Io { .. }) => return Err(internal(&err)),
         };
         match upload::upload(&store, &package, &UploadOptions::default()) {
             Ok(uploaded) => Ok(uploaded),
-            Err(UploadError::Refused(refusal)) => Err(refused(json!([
+            Err(UploadError::Refused(refusal)) => Err(UploadFailure::Refused(json!([
                 {"rule": "discovery", "message": refusal.to_string()}
             ]))),
-            Err(err) if err.is_refusal() => Err(refused(json!([
+            Err(err) if err.is_refusal() => Err(UploadFailure::Refused(json!([
                 {"rule": "store.version", "message": err.to_string()}
             ]))),
             Err(err) => Err(internal(&err)),
@@ -123,8 +143,11 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
             summary["tools"] = json!(uploaded.tools);
             http::json(status, &summary)
         }
-        Ok(Err(response)) => response,
-        Err(err) => problem(StatusCode::INTERNAL_SERVER_ERROR, &format!("the upload failed: {err}")),
+        Ok(Err(failure)) => failure.response(),
+        Err(err) => problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("the upload failed: {err}"),
+        ),
     }
 }
 
@@ -132,7 +155,9 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
 pub async fn call(server: &Arc<Server>, name: &str, request: Request<Incoming>) -> Response<Body> {
     let served = match server.calls.package(name) {
         Ok(served) => served,
-        Err(err @ CallError::UnknownPackage(_)) => return problem(StatusCode::NOT_FOUND, &err.to_string()),
+        Err(err @ CallError::UnknownPackage(_)) => {
+            return problem(StatusCode::NOT_FOUND, &err.to_string())
+        }
         Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string()),
     };
     let body = match http::read_body(request, server.config.max_body_bytes).await {
@@ -145,7 +170,12 @@ pub async fn call(server: &Arc<Server>, name: &str, request: Request<Incoming>) 
     }
     let request: Value = match serde_json::from_slice(&body) {
         Ok(request) => request,
-        Err(err) => return problem(StatusCode::BAD_REQUEST, &format!("the body is not JSON: {err}")),
+        Err(err) => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                &format!("the body is not JSON: {err}"),
+            )
+        }
     };
     let Some(tool) = request.get("tool").and_then(Value::as_str) else {
         return problem(StatusCode::BAD_REQUEST, "the body needs a string \"tool\"");
@@ -159,9 +189,15 @@ pub async fn call(server: &Arc<Server>, name: &str, request: Request<Incoming>) 
         Ok(limits) => limits,
         Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
     };
-    match server.calls.call(served, tool.to_string(), arguments, limits).await {
+    match server
+        .calls
+        .call(served, tool.to_string(), arguments, limits)
+        .await
+    {
         Ok(outcome) => http::json(StatusCode::OK, &outcome.to_json()),
-        Err(err @ CallError::UnknownTool { .. }) => problem(StatusCode::NOT_FOUND, &err.to_string()),
+        Err(err @ CallError::UnknownTool { .. }) => {
+            problem(StatusCode::NOT_FOUND, &err.to_string())
+        }
         Err(err @ CallError::Rejected(Rejected::Busy | Rejected::Closed)) => http::busy(
             "application/json",
             json!({"error": err.to_string()}).to_string(),

@@ -237,7 +237,8 @@ impl Calls {
             load_us: loaded.load_us,
             ..CallStats::default()
         };
-        call::call_tool(&loaded.module, request, stats).map_err(|err| CallError::Host(err.to_string()))
+        call::call_tool(&loaded.module, request, stats)
+            .map_err(|err| CallError::Host(err.to_string()))
     }
 }
 
@@ -283,8 +284,7 @@ mod tests {
 
     #[test]
     fn given_limits_replace_the_defaults() {
-        let limits =
-            limits_from_json(Some(&json!({"timeout_ms": 500, "memory_mib": 16}))).unwrap();
+        let limits = limits_from_json(Some(&json!({"timeout_ms": 500, "memory_mib": 16}))).unwrap();
         assert_eq!(limits.timeout, Duration::from_millis(500));
         assert_eq!(limits.max_memory_bytes, 16 * 1024 * 1024);
         assert_eq!(limits.write_budget, Limits::CALL.write_budget);

@@ -42,7 +42,11 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
 }
 
 /// A response with a body and a content type.
-pub fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
+pub fn respond(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Body> {
     let mut response = Response::new(full(body));
     *response.status_mut() = status;
     response
@@ -71,9 +75,10 @@ pub fn empty(status: StatusCode) -> Response<Body> {
 /// 503 with `Retry-After`: the call queue is full.
 pub fn busy(content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
     let mut response = respond(StatusCode::SERVICE_UNAVAILABLE, content_type, body);
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECONDS));
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from_static(RETRY_AFTER_SECONDS),
+    );
     response
 }
 
@@ -123,7 +128,11 @@ pub fn is_local_origin(origin: &str) -> bool {
         || port
             .strip_prefix(':')
             .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()));
-    port_ok && matches!(host.to_ascii_lowercase().as_str(), "localhost" | "127.0.0.1" | "::1")
+    port_ok
+        && matches!(
+            host.to_ascii_lowercase().as_str(),
+            "localhost" | "127.0.0.1" | "::1"
+        )
 }
 
 fn origin_allowed(server: &Server, origin: &str) -> bool {
@@ -160,7 +169,10 @@ fn authorized(server: &Server, request: &Request<Incoming>) -> bool {
 }
 
 /// Answers one request.
-pub async fn route(server: Arc<Server>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+pub async fn route(
+    server: Arc<Server>,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
     let path = request.uri().path().to_string();
     let method = request.method().clone();
     if path == "/healthz" && method == Method::GET {
@@ -169,7 +181,10 @@ pub async fn route(server: Arc<Server>, request: Request<Incoming>) -> Result<Re
     if let Some(origin) = request.headers().get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
         if !origin_allowed(&server, origin) {
-            return Ok(problem(StatusCode::FORBIDDEN, &format!("origin {origin:?} is not allowed")));
+            return Ok(problem(
+                StatusCode::FORBIDDEN,
+                &format!("origin {origin:?} is not allowed"),
+            ));
         }
     }
     if !authorized(&server, &request) {
@@ -216,24 +231,26 @@ pub async fn route(server: Arc<Server>, request: Request<Incoming>) -> Result<Re
             let name = name.to_string();
             one_shot(&server, Some(name), request).await
         }
-        _ => problem(StatusCode::NOT_FOUND, &format!("no route for {method} {path}")),
+        _ => problem(
+            StatusCode::NOT_FOUND,
+            &format!("no route for {method} {path}"),
+        ),
     };
     Ok(response)
 }
 
 fn session_id(request: &Request<Incoming>) -> Option<String> {
-    request.uri().query()?.split('&').find_map(|pair| {
-        pair.strip_prefix("sessionId=").map(str::to_string)
-    })
+    request
+        .uri()
+        .query()?
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("sessionId=").map(str::to_string))
 }
 
-/// 404 unless `name` is a package the server offers.
-fn known_package(server: &Server, name: &str) -> Result<(), Response<Body>> {
-    server
-        .calls
-        .package(name)
-        .map(|_| ())
-        .map_err(|err| problem(StatusCode::NOT_FOUND, &err.to_string()))
+/// A 404 unless `name` is a package the server offers.
+fn unknown_package(server: &Server, name: &str) -> Option<Response<Body>> {
+    let err = server.calls.package(name).err()?;
+    Some(problem(StatusCode::NOT_FOUND, &err.to_string()))
 }
 
 /// Sends a dispatched message's answer in the response body: 200 with JSON, 202 empty for a
@@ -241,15 +258,21 @@ fn known_package(server: &Server, name: &str) -> Result<(), Response<Body>> {
 async fn answer_in_body(dispatch: Dispatch) -> Response<Body> {
     match dispatch {
         Dispatch::Answer(answer) => respond(StatusCode::OK, "application/json", answer),
-        Dispatch::Pending(pending) => respond(StatusCode::OK, "application/json", pending.answer().await),
+        Dispatch::Pending(pending) => {
+            respond(StatusCode::OK, "application/json", pending.answer().await)
+        }
         Dispatch::Silent => empty(StatusCode::ACCEPTED),
         Dispatch::Busy(answer) => busy("application/json", answer),
     }
 }
 
 /// `POST /mcp/{name}`: Streamable HTTP, answered with JSON (never a stream).
-async fn streamable(server: &Arc<Server>, name: &str, request: Request<Incoming>) -> Response<Body> {
-    if let Err(response) = known_package(server, name) {
+async fn streamable(
+    server: &Arc<Server>,
+    name: &str,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    if let Some(response) = unknown_package(server, name) {
         return response;
     }
     let body = match read_body(request, server.config.max_body_bytes).await {
@@ -261,7 +284,11 @@ async fn streamable(server: &Arc<Server>, name: &str, request: Request<Incoming>
 
 /// `POST /message[/{name}]` without a session: one message, answered in the body, and the
 /// connection closed after it. Without a name, the store must hold exactly one package.
-async fn one_shot(server: &Arc<Server>, name: Option<String>, request: Request<Incoming>) -> Response<Body> {
+async fn one_shot(
+    server: &Arc<Server>,
+    name: Option<String>,
+    request: Request<Incoming>,
+) -> Response<Body> {
     let name = match name {
         Some(name) => name,
         None => match server.calls.store().list() {
@@ -278,9 +305,9 @@ async fn one_shot(server: &Arc<Server>, name: Option<String>, request: Request<I
             Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string()),
         },
     };
-    let mut response = match known_package(server, &name) {
-        Err(response) => response,
-        Ok(()) => match read_body(request, server.config.max_body_bytes).await {
+    let mut response = match unknown_package(server, &name) {
+        Some(response) => response,
+        None => match read_body(request, server.config.max_body_bytes).await {
             Ok(body) => answer_in_body(mcp::dispatch(&server.calls, &name, &body)).await,
             Err(response) => response,
         },

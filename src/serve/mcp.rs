@@ -84,7 +84,11 @@ impl Pending {
                 result(&self.id, answer)
             }
             Ok(Err(err)) => error(&self.id, code::INTERNAL_ERROR, &err.to_string()),
-            Err(_) => error(&self.id, code::INTERNAL_ERROR, "the guest thread lost the call"),
+            Err(_) => error(
+                &self.id,
+                code::INTERNAL_ERROR,
+                "the guest thread lost the call",
+            ),
         }
     }
 }
@@ -128,7 +132,11 @@ pub fn error(id: &Value, code: i64, text: &str) -> Vec<u8> {
 }
 
 fn error_with_data(id: &Value, code: i64, text: &str, data: Value) -> Vec<u8> {
-    message(id, "error", &json!({"code": code, "message": text, "data": data}))
+    message(
+        id,
+        "error",
+        &json!({"code": code, "message": text, "data": data}),
+    )
 }
 
 fn message(id: &Value, member: &str, value: &Value) -> Vec<u8> {
@@ -158,17 +166,30 @@ struct Request {
 fn read(bytes: &[u8]) -> Result<Request, Dispatch> {
     if nesting_exceeds(bytes, MAX_NESTING) {
         let text = format!("the message nests deeper than {MAX_NESTING} arrays and objects");
-        return Err(Dispatch::Answer(error(&Value::Null, code::PARSE_ERROR, &text)));
+        return Err(Dispatch::Answer(error(
+            &Value::Null,
+            code::PARSE_ERROR,
+            &text,
+        )));
     }
     let message: Value = match serde_json::from_slice(bytes) {
         Ok(message) => message,
         Err(err) => {
             let text = format!("the message is not JSON: {err}");
-            return Err(Dispatch::Answer(error(&Value::Null, code::PARSE_ERROR, &text)));
+            return Err(Dispatch::Answer(error(
+                &Value::Null,
+                code::PARSE_ERROR,
+                &text,
+            )));
         }
     };
-    let invalid =
-        |text: &str| Err(Dispatch::Answer(error(&Value::Null, code::INVALID_REQUEST, text)));
+    let invalid = |text: &str| {
+        Err(Dispatch::Answer(error(
+            &Value::Null,
+            code::INVALID_REQUEST,
+            text,
+        )))
+    };
     let Value::Object(mut message) = message else {
         return invalid("a message must be one JSON object (batches are not supported)");
     };
@@ -306,12 +327,22 @@ fn tools_call(
     params: &Map<String, Value>,
 ) -> Dispatch {
     let Some(tool) = params.get("name").and_then(Value::as_str) else {
-        return Dispatch::Answer(error(&id, code::INVALID_PARAMS, "tools/call needs a string \"name\""));
+        return Dispatch::Answer(error(
+            &id,
+            code::INVALID_PARAMS,
+            "tools/call needs a string \"name\"",
+        ));
     };
     let arguments = match params.get("arguments") {
         None | Some(Value::Null) => json!({}),
         Some(arguments @ Value::Object(_)) => arguments.clone(),
-        Some(_) => return Dispatch::Answer(error(&id, code::INVALID_PARAMS, "\"arguments\" must be an object")),
+        Some(_) => {
+            return Dispatch::Answer(error(
+                &id,
+                code::INVALID_PARAMS,
+                "\"arguments\" must be an object",
+            ))
+        }
     };
     match calls.submit(served, tool.to_string(), arguments, Limits::CALL) {
         Ok(receiver) => Dispatch::Pending(Pending {
@@ -319,9 +350,11 @@ fn tools_call(
             stateless,
             receiver,
         }),
-        Err(err @ CallError::Rejected(Rejected::Busy | Rejected::Closed)) => {
-            Dispatch::Busy(error(&id, code::SERVER_BUSY, &format!("{err}; try again shortly")))
-        }
+        Err(err @ CallError::Rejected(Rejected::Busy | Rejected::Closed)) => Dispatch::Busy(error(
+            &id,
+            code::SERVER_BUSY,
+            &format!("{err}; try again shortly"),
+        )),
         Err(err @ CallError::UnknownTool { .. }) => {
             Dispatch::Answer(error(&id, code::INVALID_PARAMS, &err.to_string()))
         }
@@ -354,7 +387,9 @@ fn answered(result: &CallResult) -> Value {
         .content
         .iter()
         .map(|block| match block {
-            ShownBlock::Text { text } | ShownBlock::Link { text } | ShownBlock::Omitted { text } => {
+            ShownBlock::Text { text }
+            | ShownBlock::Link { text }
+            | ShownBlock::Omitted { text } => {
                 json!({"type": "text", "text": text})
             }
             ShownBlock::Image { mime_type, data } => {
@@ -408,8 +443,13 @@ mod tests {
             result: CallResult {
                 content: vec![
                     ShownBlock::Text { text: "hi".into() },
-                    ShownBlock::Image { mime_type: "image/png".into(), data: "iVBO".into() },
-                    ShownBlock::Omitted { text: "left out".into() },
+                    ShownBlock::Image {
+                        mime_type: "image/png".into(),
+                        data: "iVBO".into(),
+                    },
+                    ShownBlock::Omitted {
+                        text: "left out".into(),
+                    },
                 ],
                 structured: Some(json!({"message": "hi"})),
                 is_error: false,
@@ -490,7 +530,10 @@ mod tests {
 
     #[test]
     fn a_clients_response_is_dropped_silently() {
-        assert_eq!(answer_of(br#"{"jsonrpc":"2.0","id":3,"result":{}}"#), "silent");
+        assert_eq!(
+            answer_of(br#"{"jsonrpc":"2.0","id":3,"result":{}}"#),
+            "silent"
+        );
     }
 
     #[test]
@@ -500,6 +543,9 @@ mod tests {
             br#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_vec()
         );
         let err = String::from_utf8(error(&Value::Null, code::INVALID_REQUEST, "no")).unwrap();
-        assert!(err.contains(r#""id":null"#) && err.contains("-32600"), "{err}");
+        assert!(
+            err.contains(r#""id":null"#) && err.contains("-32600"),
+            "{err}"
+        );
     }
 }

@@ -105,7 +105,10 @@ impl Metrics {
         };
         line("# HELP hako_calls_total Tool calls that finished, by outcome.".into());
         line("# TYPE hako_calls_total counter".into());
-        line(format!("hako_calls_total{{outcome=\"ok\"}} {}", get(&self.ok)));
+        line(format!(
+            "hako_calls_total{{outcome=\"ok\"}} {}",
+            get(&self.ok)
+        ));
         line(format!(
             "hako_calls_total{{outcome=\"is_error\"}} {}",
             get(&self.is_error)
@@ -124,7 +127,10 @@ impl Metrics {
                 get(&self.crashed[kind_index(kind)])
             ));
         }
-        line("# HELP hako_calls_rejected_total Calls refused with 503 because the queue was full.".into());
+        line(
+            "# HELP hako_calls_rejected_total Calls refused with 503 because the queue was full."
+                .into(),
+        );
         line("# TYPE hako_calls_rejected_total counter".into());
         line(format!("hako_calls_rejected_total {}", get(&self.rejected)));
         line("# HELP hako_calls_in_flight Calls running on guest threads now.".into());
@@ -185,14 +191,20 @@ mod tests {
         let metrics = Metrics::default();
         metrics.queued();
         metrics.started();
-        metrics.finished(
-            Some(&crashed(CrashKind::Timeout)),
-            Duration::from_millis(3),
-        );
+        metrics.finished(Some(&crashed(CrashKind::Timeout)), Duration::from_millis(3));
         let text = metrics.render();
-        assert!(text.contains("hako_calls_total{outcome=\"crashed\"} 1"), "{text}");
-        assert!(text.contains("hako_call_crashes_total{kind=\"timeout\"} 1"), "{text}");
-        assert!(text.contains("hako_call_crashes_total{kind=\"trap\"} 0"), "{text}");
+        assert!(
+            text.contains("hako_calls_total{outcome=\"crashed\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("hako_call_crashes_total{kind=\"timeout\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("hako_call_crashes_total{kind=\"trap\"} 0"),
+            "{text}"
+        );
         assert!(text.contains("hako_calls_in_flight 0"), "{text}");
     }
 
@@ -205,12 +217,30 @@ mod tests {
             metrics.finished(None, Duration::from_millis(ms));
         }
         let text = metrics.render();
-        assert!(text.contains("hako_call_duration_seconds_bucket{le=\"0.001\"} 1"), "{text}");
-        assert!(text.contains("hako_call_duration_seconds_bucket{le=\"0.005\"} 2"), "{text}");
-        assert!(text.contains("hako_call_duration_seconds_bucket{le=\"0.05\"} 3"), "{text}");
-        assert!(text.contains("hako_call_duration_seconds_bucket{le=\"+Inf\"} 3"), "{text}");
-        assert!(text.contains("hako_call_duration_seconds_count 3"), "{text}");
-        assert!(text.contains("hako_calls_total{outcome=\"host_error\"} 3"), "{text}");
+        assert!(
+            text.contains("hako_call_duration_seconds_bucket{le=\"0.001\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("hako_call_duration_seconds_bucket{le=\"0.005\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("hako_call_duration_seconds_bucket{le=\"0.05\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("hako_call_duration_seconds_bucket{le=\"+Inf\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("hako_call_duration_seconds_count 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("hako_calls_total{outcome=\"host_error\"} 3"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -220,8 +250,17 @@ mod tests {
         metrics.module(Source::Memory);
         metrics.module(Source::Compiled);
         let text = metrics.render();
-        assert!(text.contains("hako_module_loads_total{source=\"memory\"} 2"), "{text}");
-        assert!(text.contains("hako_module_loads_total{source=\"compiled\"} 1"), "{text}");
-        assert!(text.contains("hako_module_loads_total{source=\"artifact\"} 0"), "{text}");
+        assert!(
+            text.contains("hako_module_loads_total{source=\"memory\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("hako_module_loads_total{source=\"compiled\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("hako_module_loads_total{source=\"artifact\"} 0"),
+            "{text}"
+        );
     }
 }

@@ -57,7 +57,9 @@ impl Default for Sessions {
 
 impl Sessions {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
-        self.open.lock().unwrap_or_else(|poison| poison.into_inner())
+        self.open
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
     }
 
     /// How many sessions are open.
@@ -150,9 +152,10 @@ pub fn open(server: &Arc<Server>, name: &str) -> Response<Body> {
                 StatusCode::SERVICE_UNAVAILABLE,
                 &format!("{MAX_SESSIONS} sessions are open already"),
             );
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static(http::RETRY_AFTER_SECONDS));
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_static(http::RETRY_AFTER_SECONDS),
+            );
             return response;
         }
         let session = Session {
@@ -168,7 +171,11 @@ pub fn open(server: &Arc<Server>, name: &str) -> Response<Body> {
     let server = Arc::clone(server);
     let endpoint = format!("/message?sessionId={id}");
     tokio::spawn(async move {
-        if frames.send(event("endpoint", endpoint.as_bytes())).await.is_ok() {
+        if frames
+            .send(event("endpoint", endpoint.as_bytes()))
+            .await
+            .is_ok()
+        {
             loop {
                 tokio::select! {
                     answer = inbox.recv() => match answer {
@@ -194,7 +201,10 @@ pub fn open(server: &Arc<Server>, name: &str) -> Response<Body> {
 
     let mut response = Response::new(EventStream { frames: stream }.boxed());
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
 }
@@ -235,7 +245,10 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(a.len(), 36);
         let parts: Vec<&str> = a.split('-').collect();
-        assert_eq!(parts.iter().map(|p| p.len()).collect::<Vec<_>>(), [8, 4, 4, 4, 12]);
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [8, 4, 4, 4, 12]
+        );
         assert!(parts[2].starts_with('4'));
         assert!(matches!(parts[3].as_bytes()[0], b'8' | b'9' | b'a' | b'b'));
     }

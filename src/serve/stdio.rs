@@ -171,7 +171,10 @@ mod tests {
         let mut input = vec![b'x'; MAX_LINE + 1];
         input.extend_from_slice(b"\nnext\n");
         let read = lines_of(input, 8 * 1024).await;
-        assert_eq!(read, [Read::TooLong, Read::Line(b"next".to_vec()), Read::Eof]);
+        assert_eq!(
+            read,
+            [Read::TooLong, Read::Line(b"next".to_vec()), Read::Eof]
+        );
     }
 
     #[tokio::test]

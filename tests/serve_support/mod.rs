@@ -80,7 +80,9 @@ impl Server {
         let mut child = command.spawn().expect("hako serve starts");
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
         let mut line = String::new();
-        stdout.read_line(&mut line).expect("hako serve prints a line");
+        stdout
+            .read_line(&mut line)
+            .expect("hako serve prints a line");
         let addr = line
             .trim()
             .strip_prefix("hako: listening on http://")
@@ -95,7 +97,13 @@ impl Server {
     }
 
     /// One request on its own connection.
-    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Reply {
         request(self.addr, method, path, headers, body)
     }
 
@@ -178,7 +186,13 @@ impl Reply {
     }
 }
 
-fn write_request(stream: &mut TcpStream, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) {
+fn write_request(
+    stream: &mut TcpStream,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) {
     let mut head = format!("{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n");
     for (key, value) in headers {
         head.push_str(&format!("{key}: {value}\r\n"));
@@ -187,7 +201,9 @@ fn write_request(stream: &mut TcpStream, method: &str, path: &str, headers: &[(&
         head.push_str(&format!("content-length: {}\r\n", body.len()));
     }
     head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).expect("the request is sent");
+    stream
+        .write_all(head.as_bytes())
+        .expect("the request is sent");
     stream.write_all(body).expect("the body is sent");
 }
 
@@ -214,7 +230,13 @@ fn read_head(reader: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
 }
 
 /// One request on a new connection to `addr`, read to the end of its body.
-pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Reply {
     let mut stream = TcpStream::connect(addr).expect("the server accepts");
     write_request(&mut stream, method, path, headers, body);
     let mut reader = BufReader::new(stream);
@@ -238,7 +260,11 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &st
     } else {
         reader.read_to_end(&mut body).expect("the body");
     }
-    Reply { status, headers, body }
+    Reply {
+        status,
+        headers,
+        body,
+    }
 }
 
 /// An open Server-Sent Events stream.
@@ -266,7 +292,9 @@ impl EventStream {
             .expect("a read timeout");
         let head =
             format!("GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\naccept: text/event-stream\r\n\r\n");
-        stream.write_all(head.as_bytes()).expect("the request is sent");
+        stream
+            .write_all(head.as_bytes())
+            .expect("the request is sent");
         let mut reader = BufReader::new(stream);
         let (status, headers) = read_head(&mut reader);
         EventStream {
