@@ -5,7 +5,7 @@
 //! graceful stop: no new connections, SSE sessions closed, in-flight requests (and so their
 //! calls) finished within the drain time.
 //!
-//! Routes (the handlers live in [`super::api`], [`super::mcp`] via [`streamable`], and
+//! Routes (the handlers live in [`super::api`], [`super::mcp`] via `streamable`, and
 //! [`super::sse`]):
 //!
 //! | route | what |
