@@ -27,6 +27,7 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
+use super::calls::Served;
 use super::mcp::{self, Dispatch};
 use super::{api, sse, Server};
 
@@ -247,10 +248,12 @@ fn session_id(request: &Request<Incoming>) -> Option<String> {
         .find_map(|pair| pair.strip_prefix("sessionId=").map(str::to_string))
 }
 
-/// A 404 unless `name` is a package the server offers.
-fn unknown_package(server: &Server, name: &str) -> Option<Response<Body>> {
-    let err = server.calls.package(name).err()?;
-    Some(problem(StatusCode::NOT_FOUND, &err.to_string()))
+/// The package `name`, or a 404.
+fn served(server: &Server, name: &str) -> Result<Arc<Served>, Box<Response<Body>>> {
+    server
+        .calls
+        .package(name)
+        .map_err(|err| Box::new(problem(StatusCode::NOT_FOUND, &err.to_string())))
 }
 
 /// Sends a dispatched message's answer in the response body: 200 with JSON, 202 empty for a
@@ -272,14 +275,15 @@ async fn streamable(
     name: &str,
     request: Request<Incoming>,
 ) -> Response<Body> {
-    if let Some(response) = unknown_package(server, name) {
-        return response;
-    }
+    let package = match served(server, name) {
+        Ok(package) => package,
+        Err(response) => return *response,
+    };
     let body = match read_body(request, server.config.max_body_bytes).await {
         Ok(body) => body,
         Err(response) => return response,
     };
-    answer_in_body(mcp::dispatch(&server.calls, name, &body)).await
+    answer_in_body(mcp::dispatch_to(&server.calls, package, &body)).await
 }
 
 /// `POST /message[/{name}]` without a session: one message, answered in the body, and the
@@ -305,10 +309,10 @@ async fn one_shot(
             Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string()),
         },
     };
-    let mut response = match unknown_package(server, &name) {
-        Some(response) => response,
-        None => match read_body(request, server.config.max_body_bytes).await {
-            Ok(body) => answer_in_body(mcp::dispatch(&server.calls, &name, &body)).await,
+    let mut response = match served(server, &name) {
+        Err(response) => *response,
+        Ok(package) => match read_body(request, server.config.max_body_bytes).await {
+            Ok(body) => answer_in_body(mcp::dispatch_to(&server.calls, package, &body)).await,
             Err(response) => response,
         },
     };

@@ -248,19 +248,31 @@ fn read(bytes: &[u8]) -> Result<Request, Dispatch> {
 
 /// Handles one incoming message for `package`.
 pub fn dispatch(calls: &Arc<Calls>, package: &str, bytes: &[u8]) -> Dispatch {
+    let request = match read(bytes) {
+        Ok(request) => request,
+        Err(dispatch) => return dispatch,
+    };
+    match calls.package(package) {
+        Ok(served) => answer(calls, served, request),
+        Err(err) => Dispatch::Answer(error(&request.id, code::INTERNAL_ERROR, &err.to_string())),
+    }
+}
+
+/// Handles one incoming message for a package the caller has already looked up.
+pub fn dispatch_to(calls: &Arc<Calls>, served: Arc<Served>, bytes: &[u8]) -> Dispatch {
+    match read(bytes) {
+        Ok(request) => answer(calls, served, request),
+        Err(dispatch) => dispatch,
+    }
+}
+
+fn answer(calls: &Arc<Calls>, served: Arc<Served>, request: Request) -> Dispatch {
     let Request {
         id,
         method,
         params,
         stateless,
-    } = match read(bytes) {
-        Ok(request) => request,
-        Err(dispatch) => return dispatch,
-    };
-    let served = match calls.package(package) {
-        Ok(served) => served,
-        Err(err) => return Dispatch::Answer(error(&id, code::INTERNAL_ERROR, &err.to_string())),
-    };
+    } = request;
     let mut answer = match method.as_str() {
         "initialize" => initialize(&served, &params),
         "server/discover" => discover(&served),
