@@ -4,8 +4,9 @@
 //! The data's way through the crate: [`package`] reads and checks a package, [`store`] keeps
 //! it with its precompiled artifacts, [`call`] runs one instance per call inside the
 //! [`sandbox`] (WASI preview 1) with [`http`] (the `subako_http` imports), speaking the line
-//! codec of [`protocol`]; [`cli`] drives it all from the command line. No module here names an
-//! engine type: engines sit behind [`hako_engine_api`].
+//! codec of [`protocol`]; [`upload`] strings check, compile, discovery and store together;
+//! [`serve`] is the HTTP and stdio front end, and [`cli`] drives it all from the command line.
+//! No module here names an engine type: engines sit behind [`hako_engine_api`].
 
 pub mod call;
 pub mod cli;
@@ -14,7 +15,9 @@ pub mod http;
 pub mod package;
 pub mod protocol;
 pub mod sandbox;
+pub mod serve;
 pub mod store;
+pub mod upload;
 
 /// hako's version, as sent in `clientInfo`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -17,6 +17,7 @@ macro_rules! outln {
 
 mod call;
 mod check;
+mod serve;
 mod tools;
 mod upload;
 
@@ -46,6 +47,8 @@ enum Command {
     Tools(tools::ToolsArgs),
     /// Call one tool of a package and print what the model is shown.
     Call(call::CallArgs),
+    /// Serve the store over HTTP (operator API and MCP), or one package over stdio.
+    Serve(serve::ServeArgs),
 }
 
 /// How a command failed, and so which exit status it gets.
@@ -83,6 +86,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Upload(args) => upload::run(args),
         Command::Tools(args) => tools::run(args),
         Command::Call(args) => call::run(args),
+        Command::Serve(args) => serve::run(args),
     }
 }
 

@@ -151,16 +151,21 @@ impl Store {
 
     /// The version `name` offers now.
     pub fn get(&self, name: &str) -> Result<StoredPackage, StoreError> {
-        let dir = self.package_dir(name);
-        let current = dir.join("current");
-        let version = match fs::read_to_string(&current) {
-            Ok(version) => version.trim().to_string(),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                return Err(StoreError::UnknownPackage(name.to_string()))
-            }
-            Err(source) => return Err(io("reading", &current)(source)),
-        };
+        let version = self.current_version(name)?;
         self.version(name, &version)
+    }
+
+    /// The version number `name` offers now, read without the version's records (a server
+    /// uses it to tell whether what it keeps in memory is still current).
+    pub fn current_version(&self, name: &str) -> Result<String, StoreError> {
+        let current = self.package_dir(name).join("current");
+        match fs::read_to_string(&current) {
+            Ok(version) => Ok(version.trim().to_string()),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                Err(StoreError::UnknownPackage(name.to_string()))
+            }
+            Err(source) => Err(io("reading", &current)(source)),
+        }
     }
 
     fn version(&self, name: &str, version: &str) -> Result<StoredPackage, StoreError> {

@@ -1,0 +1,144 @@
+//! `hako serve`: the HTTP server over the store (operator API and MCP endpoints), or with
+//! `--stdio PACKAGE|NAME` one package as an MCP server on stdin and stdout. A package given as
+//! a folder or archive is uploaded to the store first (check, precompile, discovery), as
+//! `hako upload` would. This file only reads flags and reports; serving is [`crate::serve`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::{note, Failure, Target};
+use crate::engines::{self, Compiler};
+use crate::serve::{self, ServeConfig, ServeError};
+use crate::upload::{self, UploadError, UploadOptions};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The store folder (default: $HAKO_STORE, else ./.hako).
+    #[arg(long, env = "HAKO_STORE")]
+    store: Option<PathBuf>,
+    /// The address to listen on; anything but loopback needs a token.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7340")]
+    listen: SocketAddr,
+    /// The exact Bearer token every request (but /healthz) must carry.
+    #[arg(long, env = "HAKO_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// An Origin allowed beside localhost, 127.0.0.1 and [::1] (repeatable; `*` allows any).
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    allowed_origins: Vec<String>,
+    /// The operator policy file (allowlists, credentials).
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// The compiler whose code runs (default: cranelift).
+    #[arg(long, value_parser = engines::parse_compiler)]
+    compiler: Option<Compiler>,
+    /// Guest threads, the calls that run at once (default: one per core).
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
+    /// Accepted calls that may wait for a guest thread; beyond it, 503 (default: 64 per thread).
+    #[arg(long, value_name = "N")]
+    queue: Option<usize>,
+    /// The largest JSON request body, in bytes (default: 4 MiB).
+    #[arg(long, value_name = "BYTES")]
+    max_body: Option<usize>,
+    /// The largest package archive uploaded, in bytes (default: 128 MiB).
+    #[arg(long, value_name = "BYTES")]
+    max_upload: Option<usize>,
+    /// Milliseconds an SSE stream may stay idle before a keepalive (default: 15000).
+    #[arg(long, value_name = "MS")]
+    keepalive_ms: Option<u64>,
+    /// Milliseconds a stop waits for in-flight calls (default: 45000).
+    #[arg(long, value_name = "MS")]
+    drain_ms: Option<u64>,
+    /// Serve one package as an MCP server over stdin and stdout instead of HTTP.
+    #[arg(long, value_name = "PACKAGE|NAME")]
+    stdio: Option<String>,
+}
+
+fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
+    let store = args
+        .store
+        .clone()
+        .unwrap_or_else(crate::store::default_root);
+    let mut config = ServeConfig::new(store);
+    config.listen = args.listen;
+    config.token = args.token.clone().filter(|token| !token.is_empty());
+    config.allowed_origins = args.allowed_origins.clone();
+    config.policy = args.policy.clone();
+    if let Some(compiler) = args.compiler {
+        config.compiler = compiler;
+    }
+    if let Some(workers) = args.workers {
+        if workers == 0 {
+            return Err(Failure::Usage("--workers must be at least 1".into()));
+        }
+        config.workers = workers;
+        config.queue = workers * 64;
+    }
+    if let Some(queue) = args.queue {
+        if queue == 0 {
+            return Err(Failure::Usage("--queue must be at least 1".into()));
+        }
+        config.queue = queue;
+    }
+    if let Some(bytes) = args.max_body {
+        config.max_body_bytes = bytes;
+    }
+    if let Some(bytes) = args.max_upload {
+        config.max_upload_bytes = bytes;
+    }
+    if let Some(ms) = args.keepalive_ms {
+        config.keepalive = Duration::from_millis(ms.max(1));
+    }
+    if let Some(ms) = args.drain_ms {
+        config.drain = Duration::from_millis(ms);
+    }
+    Ok(config)
+}
+
+fn failure(err: ServeError) -> Failure {
+    match err {
+        ServeError::NeedsToken(_) | ServeError::Policy(_) => Failure::Usage(err.to_string()),
+        other => Failure::Host(other.into()),
+    }
+}
+
+pub fn run(args: ServeArgs) -> Result<(), Failure> {
+    let config = config(&args)?;
+    let Some(package) = &args.stdio else {
+        let store = config.store.display().to_string();
+        return serve::run_http(config, |addr| {
+            // The one line on stdout: scripts and tests read the bound port from it.
+            println!("hako: listening on http://{addr}");
+            note(&format!("serving the store {store}"));
+        })
+        .map_err(failure);
+    };
+    let name = match super::target(package) {
+        Target::Stored(name) => name,
+        Target::Path(path) => {
+            let store = super::open_store(Some(&config.store))?;
+            let loaded = super::load_package(&path)?;
+            match upload::upload(&store, &loaded, &UploadOptions::default()) {
+                Ok(uploaded) => {
+                    for message in &uploaded.notes {
+                        note(message);
+                    }
+                    uploaded.name
+                }
+                Err(UploadError::Refused(refusal)) => {
+                    eprintln!(
+                        "hako: {} is refused at discovery:\n  - {refusal}",
+                        path.display()
+                    );
+                    return Err(Failure::Refused);
+                }
+                Err(err) => return Err(Failure::Host(err.into())),
+            }
+        }
+    };
+    super::stored(&super::open_store(Some(&config.store))?, &name)?;
+    serve::run_stdio(config, &name).map_err(failure)
+}

@@ -1,0 +1,207 @@
+//! The operator API (JSON): list and show packages, upload a package archive, call a tool.
+//!
+//! - `GET /v1/packages` → `{"packages":[{"name","version","description","tools":[names]}]}`
+//! - `GET /v1/packages/{name}` → the stored record and the full discovered tools
+//! - `POST /v1/packages` (body: a `.tar.gz`) → check, precompile, discovery and store, as
+//!   `hako upload`: 201 with the summary and tools when stored, 200 when the same version was
+//!   already stored, 422 `{"refused":true,"problems":[{"rule","message"}]}` when refused
+//! - `POST /v1/packages/{name}/call` with `{"tool","arguments","limits"}` → 200 and the outcome
+//!   object of `hako call --json` (a crash is an outcome, not an HTTP error); 404 for an
+//!   unknown package or tool, 503 with `Retry-After` when the call queue is full
+//!
+//! Uploads run one at a time on a blocking thread (compiling is heavy); calls go through
+//! [`super::calls`]. This file does not check or store packages itself.
+
+use std::io::Write as _;
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use serde_json::{json, Value};
+
+use super::calls::{limits_from_json, CallError};
+use super::http::{self, problem, Body};
+use super::mcp::{nesting_exceeds, MAX_NESTING};
+use super::pool::Rejected;
+use super::Server;
+use crate::package::{self, LoadError};
+use crate::store::PutResult;
+use crate::upload::{self, UploadError, UploadOptions};
+
+/// `GET /v1/packages`.
+pub fn list(server: &Server) -> Response<Body> {
+    let names = match server.calls.store().list() {
+        Ok(names) => names,
+        Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string()),
+    };
+    let packages: Vec<Value> = names
+        .iter()
+        .filter_map(|name| server.calls.package(name).ok())
+        .map(|served| {
+            let record = &served.stored.record;
+            json!({
+                "name": record.name,
+                "version": record.version,
+                "description": record.description,
+                "tools": served.stored.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    http::json(StatusCode::OK, &json!({ "packages": packages }))
+}
+
+/// `GET /v1/packages/{name}`.
+pub fn show(server: &Server, name: &str) -> Response<Body> {
+    match server.calls.package(name) {
+        Ok(served) => {
+            let record = &served.stored.record;
+            http::json(
+                StatusCode::OK,
+                &json!({
+                    "name": record.name,
+                    "version": record.version,
+                    "description": record.description,
+                    "module_sha256": record.module_sha256,
+                    "compilers": record.compilers,
+                    "tools": served.stored.tools,
+                }),
+            )
+        }
+        Err(err @ CallError::UnknownPackage(_)) => problem(StatusCode::NOT_FOUND, &err.to_string()),
+        Err(err) => problem(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string()),
+    }
+}
+
+/// Why an upload stored nothing, before it becomes a response.
+enum UploadFailure {
+    /// The package broke these rules (`[{"rule","message"}]`).
+    Refused(Value),
+    /// The host failed.
+    Internal(String),
+}
+
+impl UploadFailure {
+    fn internal(err: &dyn std::fmt::Display) -> Self {
+        UploadFailure::Internal(err.to_string())
+    }
+
+    fn response(self) -> Response<Body> {
+        match self {
+            UploadFailure::Refused(problems) => http::json(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &json!({"refused": true, "problems": problems}),
+            ),
+            UploadFailure::Internal(message) => {
+                problem(StatusCode::INTERNAL_SERVER_ERROR, &message)
+            }
+        }
+    }
+}
+
+/// `POST /v1/packages`.
+pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Response<Body> {
+    let body = match http::read_body(request, server.config.max_upload_bytes).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let _one_at_a_time = server.uploads.lock().await;
+    let store = server.calls.store().clone();
+    let work = tokio::task::spawn_blocking(move || -> Result<upload::Uploaded, UploadFailure> {
+        let internal = UploadFailure::internal;
+        let mut archive = tempfile::Builder::new()
+            .prefix("hako-upload-")
+            .suffix(".tar.gz")
+            .tempfile()
+            .map_err(|err| internal(&err))?;
+        archive.write_all(&body).map_err(|err| internal(&err))?;
+        let package = match package::load(archive.path()) {
+            Ok(package) => package,
+            Err(LoadError::Refused(refusal)) => {
+                let problems = serde_json::to_value(&refusal.problems).unwrap_or_default();
+                return Err(UploadFailure::Refused(problems));
+            }
+            Err(err @ LoadError::Io { .. }) => return Err(internal(&err)),
+        };
+        match upload::upload(&store, &package, &UploadOptions::default()) {
+            Ok(uploaded) => Ok(uploaded),
+            Err(UploadError::Refused(refusal)) => Err(UploadFailure::Refused(json!([
+                {"rule": "discovery", "message": refusal.to_string()}
+            ]))),
+            Err(err) if err.is_refusal() => Err(UploadFailure::Refused(json!([
+                {"rule": "store.version", "message": err.to_string()}
+            ]))),
+            Err(err) => Err(internal(&err)),
+        }
+    });
+    match work.await {
+        Ok(Ok(uploaded)) => {
+            let status = match uploaded.put {
+                PutResult::Stored => StatusCode::CREATED,
+                PutResult::Unchanged => StatusCode::OK,
+            };
+            let mut summary = uploaded.to_json();
+            summary["tools"] = json!(uploaded.tools);
+            http::json(status, &summary)
+        }
+        Ok(Err(failure)) => failure.response(),
+        Err(err) => problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("the upload failed: {err}"),
+        ),
+    }
+}
+
+/// `POST /v1/packages/{name}/call`.
+pub async fn call(server: &Arc<Server>, name: &str, request: Request<Incoming>) -> Response<Body> {
+    let served = match server.calls.package(name) {
+        Ok(served) => served,
+        Err(err @ CallError::UnknownPackage(_)) => {
+            return problem(StatusCode::NOT_FOUND, &err.to_string())
+        }
+        Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string()),
+    };
+    let body = match http::read_body(request, server.config.max_body_bytes).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    if nesting_exceeds(&body, MAX_NESTING) {
+        let message = format!("the body nests deeper than {MAX_NESTING} arrays and objects");
+        return problem(StatusCode::BAD_REQUEST, &message);
+    }
+    let request: Value = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(err) => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                &format!("the body is not JSON: {err}"),
+            )
+        }
+    };
+    let Some(tool) = request.get("tool").and_then(Value::as_str) else {
+        return problem(StatusCode::BAD_REQUEST, "the body needs a string \"tool\"");
+    };
+    let arguments = match request.get("arguments") {
+        None | Some(Value::Null) => json!({}),
+        Some(arguments @ Value::Object(_)) => arguments.clone(),
+        Some(_) => return problem(StatusCode::BAD_REQUEST, "\"arguments\" must be an object"),
+    };
+    let limits = match limits_from_json(request.get("limits")) {
+        Ok(limits) => limits,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+    };
+    match server
+        .calls
+        .call(served, tool.to_string(), arguments, limits)
+        .await
+    {
+        Ok(outcome) => http::json(StatusCode::OK, &outcome.to_json()),
+        Err(err @ CallError::UnknownTool { .. }) => {
+            problem(StatusCode::NOT_FOUND, &err.to_string())
+        }
+        Err(err @ CallError::Rejected(Rejected::Busy | Rejected::Closed)) => http::busy(
+            "application/json",
+            json!({"error": err.to_string()}).to_string(),
+        ),
+        Err(err) => problem(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string()),
+    }
+}

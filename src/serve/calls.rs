@@ -1,0 +1,306 @@
+//! Calls as the server makes them: the packages it serves (kept in memory, checked against
+//! the store's current version on each use, so an upload is seen at once), and one tool call
+//! taken from request to outcome — admitted to the bounded [`GuestPool`] or refused, its
+//! module loaded through the one shared [`ModuleCache`], run with the package's network
+//! policy and the one broker of the server, counted in [`Metrics`].
+//!
+//! It speaks neither HTTP nor JSON-RPC: the front ends ([`super::api`], [`super::mcp`]) turn
+//! what it answers into their own replies.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::metrics::Metrics;
+use super::pool::{GuestPool, Rejected};
+use crate::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
+use crate::engines::Compiler;
+use crate::http::{Broker, NoBroker, PackagePolicy, Policy, PolicyError};
+use crate::package::manifest::is_valid_name;
+use crate::store::{ModuleCache, ModuleSpec, Store, StoreError, StoredPackage};
+
+/// The broker every call of this server sends `subako_http` requests through: the one place
+/// where it is chosen.
+fn broker() -> Arc<dyn Broker> {
+    Arc::new(NoBroker)
+}
+
+/// A package as the server serves it: the stored version, its module bytes and its policy.
+pub struct Served {
+    pub stored: StoredPackage,
+    wasm: Vec<u8>,
+    policy: Arc<PackagePolicy>,
+}
+
+impl Served {
+    pub fn name(&self) -> &str {
+        &self.stored.record.name
+    }
+
+    /// Whether the package offers a tool of that name.
+    pub fn offers(&self, tool: &str) -> bool {
+        self.stored.tools.iter().any(|t| t.name == tool)
+    }
+}
+
+/// Why a call (or a lookup) did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("no package named {0:?} is served here")]
+    UnknownPackage(String),
+    #[error("{package} offers no tool {tool:?}")]
+    UnknownTool { package: String, tool: String },
+    #[error(transparent)]
+    Rejected(#[from] Rejected),
+    #[error("the package's network policy: {0}")]
+    Policy(#[from] PolicyError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the call failed in the host: {0}")]
+    Host(String),
+}
+
+/// The server's calls: store, served packages, module cache, guest pool and counters.
+pub struct Calls {
+    store: Store,
+    policy: Policy,
+    compiler: Compiler,
+    served: Mutex<HashMap<String, Arc<Served>>>,
+    modules: ModuleCache,
+    pool: GuestPool,
+    broker: Arc<dyn Broker>,
+    pub metrics: Metrics,
+}
+
+impl Calls {
+    pub fn new(
+        store: Store,
+        policy: Policy,
+        compiler: Compiler,
+        pool: GuestPool,
+        cached_modules: usize,
+    ) -> Self {
+        Self {
+            store,
+            policy,
+            compiler,
+            served: Mutex::new(HashMap::new()),
+            modules: ModuleCache::new(cached_modules),
+            pool,
+            broker: broker(),
+            metrics: Metrics::default(),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn pool(&self) -> &GuestPool {
+        &self.pool
+    }
+
+    /// The package `name` as it is offered now. Reads one small file per use (the current
+    /// version) and the version's records only when they changed.
+    pub fn package(&self, name: &str) -> Result<Arc<Served>, CallError> {
+        if !is_valid_name(name) {
+            return Err(CallError::UnknownPackage(name.to_string()));
+        }
+        let version = match self.store.current_version(name) {
+            Ok(version) => version,
+            Err(StoreError::UnknownPackage(_)) => {
+                return Err(CallError::UnknownPackage(name.to_string()))
+            }
+            Err(err) => return Err(err.into()),
+        };
+        let mut served = self.served.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = served.get(name) {
+            if entry.stored.record.version == version {
+                return Ok(Arc::clone(entry));
+            }
+        }
+        let stored = self.store.get(name)?;
+        let wasm = stored.wasm()?;
+        let policy = Arc::new(self.policy.for_package(name, &[])?);
+        let entry = Arc::new(Served {
+            stored,
+            wasm,
+            policy,
+        });
+        served.insert(name.to_string(), Arc::clone(&entry));
+        Ok(entry)
+    }
+
+    /// Admits a call of `tool` on `package` to the guest pool, or refuses it at once; the
+    /// receiver yields the outcome once a guest thread has run it.
+    pub fn submit(
+        self: &Arc<Self>,
+        package: Arc<Served>,
+        tool: String,
+        arguments: serde_json::Value,
+        limits: Limits,
+    ) -> Result<tokio::sync::oneshot::Receiver<Result<CallOutcome, CallError>>, CallError> {
+        if !package.offers(&tool) {
+            return Err(CallError::UnknownTool {
+                package: package.name().to_string(),
+                tool,
+            });
+        }
+        let calls = Arc::clone(self);
+        // Counted before it is queued: a guest thread may start it before `submit` returns.
+        self.metrics.queued();
+        let admitted = self
+            .pool
+            .submit(move || calls.run(&package, &tool, arguments, limits));
+        match admitted {
+            Ok(receiver) => Ok(receiver),
+            Err(rejected) => {
+                self.metrics.rejected();
+                Err(rejected.into())
+            }
+        }
+    }
+
+    /// Calls a tool and waits for its outcome.
+    pub async fn call(
+        self: &Arc<Self>,
+        package: Arc<Served>,
+        tool: String,
+        arguments: serde_json::Value,
+        limits: Limits,
+    ) -> Result<CallOutcome, CallError> {
+        let receiver = self.submit(package, tool, arguments, limits)?;
+        receiver
+            .await
+            .map_err(|_| CallError::Host("the guest thread lost the call".into()))?
+    }
+
+    /// Runs one call on the current (guest) thread.
+    fn run(
+        &self,
+        package: &Served,
+        tool: &str,
+        arguments: serde_json::Value,
+        limits: Limits,
+    ) -> Result<CallOutcome, CallError> {
+        self.metrics.started();
+        let started = Instant::now();
+        let result = self.run_counted(package, tool, arguments, limits);
+        self.metrics
+            .finished(result.as_ref().ok(), started.elapsed());
+        result
+    }
+
+    fn run_counted(
+        &self,
+        package: &Served,
+        tool: &str,
+        arguments: serde_json::Value,
+        limits: Limits,
+    ) -> Result<CallOutcome, CallError> {
+        let record = &package.stored.record;
+        let loaded = self
+            .store
+            .load_module(
+                &ModuleSpec {
+                    wasm: &package.wasm,
+                    module_sha256: &record.module_sha256,
+                    uses_simd: record.uses_simd,
+                    compiler: self.compiler,
+                },
+                Some(&self.modules),
+            )
+            .map_err(|err| CallError::Host(err.to_string()))?;
+        self.metrics.module(loaded.source);
+        for message in &loaded.notes {
+            tracing::info!(package = record.name.as_str(), "{message}");
+        }
+        let request = ToolRequest {
+            program: &record.name,
+            tool,
+            arguments,
+            limits,
+            mounts: Mounts {
+                volume_tmp: VolumeTmp::Fresh,
+                data: None,
+                package_assets: package.stored.assets(),
+                skills: Vec::new(),
+            },
+            network: Network {
+                policy: Arc::clone(&package.policy),
+                broker: Arc::clone(&self.broker),
+            },
+        };
+        let stats = CallStats {
+            compiled: loaded.source == crate::store::Source::Compiled,
+            compiler: loaded.compiler.name().to_string(),
+            load_us: loaded.load_us,
+            ..CallStats::default()
+        };
+        call::call_tool(&loaded.module, request, stats)
+            .map_err(|err| CallError::Host(err.to_string()))
+    }
+}
+
+/// Limits a caller may ask for, checked: `{"timeout_ms", "memory_mib", "write_budget"}`, each
+/// optional, over the defaults of a call.
+pub fn limits_from_json(value: Option<&serde_json::Value>) -> Result<Limits, String> {
+    let mut limits = Limits::CALL;
+    let Some(value) = value else {
+        return Ok(limits);
+    };
+    let Some(fields) = value.as_object() else {
+        return Err("limits must be an object".into());
+    };
+    for (key, field) in fields {
+        let number = field
+            .as_u64()
+            .ok_or_else(|| format!("limits.{key} must be a non-negative integer"))?;
+        match key.as_str() {
+            "timeout_ms" if (1..=600_000).contains(&number) => {
+                limits.timeout = Duration::from_millis(number)
+            }
+            "timeout_ms" => return Err("limits.timeout_ms must be 1 to 600000".into()),
+            "memory_mib" if (1..=4096).contains(&number) => {
+                limits.max_memory_bytes = number * 1024 * 1024
+            }
+            "memory_mib" => return Err("limits.memory_mib must be 1 to 4096".into()),
+            "write_budget" => limits.write_budget = number,
+            other => return Err(format!("unknown limit {other:?}")),
+        }
+    }
+    Ok(limits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn absent_limits_are_the_call_defaults() {
+        assert_eq!(limits_from_json(None).unwrap(), Limits::CALL);
+    }
+
+    #[test]
+    fn given_limits_replace_the_defaults() {
+        let limits = limits_from_json(Some(&json!({"timeout_ms": 500, "memory_mib": 16}))).unwrap();
+        assert_eq!(limits.timeout, Duration::from_millis(500));
+        assert_eq!(limits.max_memory_bytes, 16 * 1024 * 1024);
+        assert_eq!(limits.write_budget, Limits::CALL.write_budget);
+    }
+
+    #[test]
+    fn out_of_range_or_unknown_limits_are_refused_by_name() {
+        assert!(limits_from_json(Some(&json!({"timeout_ms": 0})))
+            .unwrap_err()
+            .contains("timeout_ms"));
+        assert!(limits_from_json(Some(&json!({"memory_mib": 5000})))
+            .unwrap_err()
+            .contains("memory_mib"));
+        assert!(limits_from_json(Some(&json!({"stack": 1})))
+            .unwrap_err()
+            .contains("stack"));
+        assert!(limits_from_json(Some(&json!([1]))).is_err());
+    }
+}

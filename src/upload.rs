@@ -1,0 +1,226 @@
+//! Uploading a checked package: precompile it with each chosen compiler for each chosen target,
+//! discover its tools by running it once, then store the version. Shared by `hako upload` and
+//! the operator API of `hako serve` (`POST /v1/packages`), so both refuse and store alike.
+//!
+//! It does not read or check the package (that is [`crate::package::load`], done first by the
+//! caller), print anything, or decide how a refusal is shown: it returns an [`UploadError`]
+//! and the caller reports it.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::call::{self, DiscoveryError};
+use crate::engines::{self, Compiler};
+use crate::package::tools::Tool;
+use crate::package::Package;
+use crate::store::{ArtifactError, ArtifactKey, PutResult, Store, StoreError};
+
+/// What to precompile for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadOptions {
+    /// The compilers to precompile with (empty: [`engines::DEFAULT_COMPILER`]).
+    pub compilers: Vec<Compiler>,
+    /// The target triples to precompile for (empty: this machine).
+    pub targets: Vec<String>,
+}
+
+impl Default for UploadOptions {
+    fn default() -> Self {
+        Self {
+            compilers: vec![engines::DEFAULT_COMPILER],
+            targets: Vec::new(),
+        }
+    }
+}
+
+/// One artifact an upload made.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArtifactReport {
+    pub compiler: String,
+    pub target: String,
+    pub bytes: u64,
+    /// Milliseconds spent compiling, to a tenth.
+    pub compile_ms: f64,
+}
+
+/// What an upload did.
+#[derive(Debug, Clone)]
+pub struct Uploaded {
+    pub name: String,
+    pub version: String,
+    /// Whether the version was new or already stored with the same module.
+    pub put: PutResult,
+    /// What discovery answered: what the package offers until its next version.
+    pub tools: Vec<Tool>,
+    pub artifacts: Vec<ArtifactReport>,
+    /// Things the operator should be told, such as a compiler fallback.
+    pub notes: Vec<String>,
+}
+
+impl Uploaded {
+    /// The summary of `hako upload --json` and of the operator API.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "name": self.name,
+            "version": self.version,
+            "stored": self.put == PutResult::Stored,
+            "tools": self.tools.iter().map(|tool| tool.name.as_str()).collect::<Vec<_>>(),
+            "artifacts": self.artifacts,
+            "notes": self.notes,
+        })
+    }
+}
+
+/// Why an upload stored nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    /// A target cannot be compiled for by this build.
+    #[error("cannot compile for {target}: {source}")]
+    Target {
+        target: String,
+        #[source]
+        source: hako_engine_api::EngineError,
+    },
+    /// Compiling failed.
+    #[error("compiling the module: {0}")]
+    Compile(#[source] hako_engine_api::EngineError),
+    /// Writing an artifact failed.
+    #[error("writing an artifact: {0}")]
+    Artifact(#[from] ArtifactError),
+    /// Discovery refused the package (its run crashed, or its tools break a rule).
+    #[error("refused at discovery: {0}")]
+    Refused(#[source] DiscoveryError),
+    /// Discovery could not run at all (a host failure, not the package's fault).
+    #[error("running discovery: {0}")]
+    Discovery(#[source] call::RunError),
+    /// Storing the version failed, or the version is stored with another module.
+    #[error("storing the package: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl UploadError {
+    /// Whether the package (rather than the host) is at fault.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            UploadError::Refused(_) | UploadError::Store(StoreError::VersionChanged { .. })
+        )
+    }
+}
+
+/// Precompiles, discovers and stores `package`.
+pub fn upload(
+    store: &Store,
+    package: &Package,
+    options: &UploadOptions,
+) -> Result<Uploaded, UploadError> {
+    let compilers = if options.compilers.is_empty() {
+        vec![engines::DEFAULT_COMPILER]
+    } else {
+        options.compilers.clone()
+    };
+    let targets: Vec<Option<&str>> = if options.targets.is_empty() {
+        vec![None]
+    } else {
+        options.targets.iter().map(|t| Some(t.as_str())).collect()
+    };
+
+    let mut artifacts = Vec::new();
+    let mut notes = Vec::new();
+    let mut runnable = None;
+    for target in &targets {
+        for &asked in &compilers {
+            let (compiler, fallback) = engines::effective_compiler(asked, package.uses_simd);
+            notes.extend(fallback);
+            let engine =
+                engines::engine(compiler, *target).map_err(|source| UploadError::Target {
+                    target: target.unwrap_or("this machine").to_string(),
+                    source,
+                })?;
+            let started = Instant::now();
+            let module = engine
+                .compile(&package.wasm)
+                .map_err(UploadError::Compile)?;
+            let compile_ms = started.elapsed().as_secs_f64() * 1000.0;
+            let key = ArtifactKey::new(&package.module_sha256, engine.identity());
+            let bytes = store.artifacts().write(&key, module.as_ref())?;
+            artifacts.push(ArtifactReport {
+                compiler: compiler.name().to_string(),
+                target: engine.identity().triple.to_string(),
+                bytes,
+                compile_ms: (compile_ms * 10.0).round() / 10.0,
+            });
+            if engine.runs_here() && runnable.is_none() {
+                runnable = Some(module);
+            }
+        }
+    }
+    let runnable = match runnable {
+        Some(module) => module,
+        // Discovery runs here, so it needs code for this machine even when every artifact
+        // asked for is for another target.
+        None => engines::engine(engines::DEFAULT_COMPILER, None)
+            .and_then(|engine| engine.compile(&package.wasm))
+            .map_err(UploadError::Compile)?,
+    };
+
+    let discovery = match call::discover(&runnable, &package.manifest.name, package.assets.clone())
+    {
+        Ok(discovery) => discovery,
+        Err(DiscoveryError::Run(err)) => return Err(UploadError::Discovery(err)),
+        Err(refusal) => return Err(UploadError::Refused(refusal)),
+    };
+
+    let compiler_names: Vec<String> = compilers.iter().map(|c| c.name().to_string()).collect();
+    let put = store.put(package, &discovery.tools, &compiler_names)?;
+    Ok(Uploaded {
+        name: package.manifest.name.clone(),
+        version: package.manifest.version.clone(),
+        put,
+        tools: discovery.tools,
+        artifacts,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_options_precompile_with_the_default_compiler_for_this_machine() {
+        let options = UploadOptions::default();
+        assert_eq!(options.compilers, [engines::DEFAULT_COMPILER]);
+        assert!(options.targets.is_empty());
+    }
+
+    #[test]
+    fn a_changed_version_is_the_packages_fault_and_a_disk_error_is_not() {
+        let changed = UploadError::Store(StoreError::VersionChanged {
+            name: "greet".into(),
+            version: "1.0.0".into(),
+        });
+        assert!(changed.is_refusal());
+        let disk = UploadError::Store(StoreError::UnknownPackage("greet".into()));
+        assert!(!disk.is_refusal());
+    }
+
+    #[test]
+    fn the_summary_names_the_tools_and_whether_the_version_was_new() {
+        let uploaded = Uploaded {
+            name: "greet".into(),
+            version: "1.0.0".into(),
+            put: PutResult::Unchanged,
+            tools: vec![serde_json::from_value(serde_json::json!({
+                "name": "greet", "inputSchema": {"type": "object"}
+            }))
+            .unwrap()],
+            artifacts: Vec::new(),
+            notes: Vec::new(),
+        };
+        let json = uploaded.to_json();
+        assert_eq!(json["stored"], false);
+        assert_eq!(json["tools"], serde_json::json!(["greet"]));
+    }
+}

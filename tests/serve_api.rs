@@ -1,0 +1,366 @@
+//! `hako serve`'s operator API and its HTTP boundaries, against a real server process on a
+//! loopback port: upload (stored, unchanged, refused), list and show, calls (answered,
+//! crashed, unknown), health and metrics, request body limits, the Bearer token, the Origin
+//! check, the refusal to bind a public address without a token, back-pressure (503 with
+//! Retry-After, no accepted call lost) and the graceful stop on SIGTERM.
+
+mod serve_support;
+mod support;
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+use serve_support::{request, Server};
+
+/// A `.tar.gz` of the package folder at `dir`.
+fn archive_of(dir: &Path) -> Vec<u8> {
+    let encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut builder = tar::Builder::new(encoder);
+    builder
+        .append_dir_all(".", dir)
+        .expect("the package is archived");
+    builder
+        .into_inner()
+        .and_then(|encoder| encoder.finish())
+        .expect("the archive is finished")
+}
+
+fn empty_store() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("hako-serve-empty-")
+        .tempdir()
+        .expect("a temp dir")
+}
+
+#[test]
+fn an_uploaded_archive_is_stored_listed_shown_and_called() {
+    let store = empty_store();
+    let server = Server::start(store.path(), &[]);
+    let archive = archive_of(&support::greet_package_dir());
+
+    let stored = server.request("POST", "/v1/packages", &[], &archive);
+    assert_eq!(stored.status, 201, "{}", stored.text());
+    let stored = stored.json();
+    assert_eq!(stored["name"], "greet");
+    assert_eq!(stored["stored"], true);
+    assert_eq!(stored["tools"][0]["name"], "greet");
+    assert_eq!(stored["tools"][0]["inputSchema"]["type"], "object");
+
+    let again = server.request("POST", "/v1/packages", &[], &archive);
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(again.json()["stored"], false);
+
+    let list = server.get("/v1/packages").json();
+    assert_eq!(list["packages"][0]["name"], "greet");
+    assert_eq!(list["packages"][0]["tools"], json!(["greet"]));
+
+    let shown = server.get("/v1/packages/greet");
+    assert_eq!(shown.status, 200);
+    assert_eq!(shown.json()["version"], "1.0.0");
+    assert_eq!(server.get("/v1/packages/nothing").status, 404);
+
+    let call = server.post_json(
+        "/v1/packages/greet/call",
+        &json!({"tool": "greet", "arguments": {"name": "Ada"}}),
+    );
+    assert_eq!(call.status, 200, "{}", call.text());
+    let outcome = call.json();
+    assert_eq!(outcome["outcome"], "ok");
+    assert_eq!(
+        outcome["result"]["structuredContent"],
+        json!({"message": "Hello, Ada!"})
+    );
+    assert_eq!(outcome["result"]["isError"], false);
+}
+
+#[test]
+fn a_refused_archive_answers_422_with_the_rules_it_broke() {
+    let store = empty_store();
+    let server = Server::start(store.path(), &[]);
+    let package = tempfile::tempdir().unwrap();
+    std::fs::write(
+        package.path().join("subako-package.json"),
+        br#"{"name":"Bad Name","version":"1.0.0","abi":2}"#,
+    )
+    .unwrap();
+    std::fs::write(package.path().join("module.wasm"), b"not wasm").unwrap();
+    let reply = server.request("POST", "/v1/packages", &[], &archive_of(package.path()));
+    assert_eq!(reply.status, 422, "{}", reply.text());
+    let body = reply.json();
+    assert_eq!(body["refused"], true);
+    let rules: Vec<&str> = body["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["rule"].as_str().unwrap())
+        .collect();
+    assert!(rules.contains(&"manifest.name"), "{rules:?}");
+    assert!(rules.contains(&"manifest.abi"), "{rules:?}");
+    assert_eq!(server.get("/v1/packages").json()["packages"], json!([]));
+
+    let garbage = server.request("POST", "/v1/packages", &[], b"not an archive");
+    assert_eq!(garbage.status, 422, "{}", garbage.text());
+}
+
+#[test]
+fn a_crash_is_an_outcome_and_unknown_names_are_404() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &[]);
+    let crashed = server.post_json(
+        "/v1/packages/fixture/call",
+        &json!({"tool": "stderr_then_trap", "arguments": {"text": "about to trap"}}),
+    );
+    assert_eq!(crashed.status, 200, "{}", crashed.text());
+    let outcome = crashed.json();
+    assert_eq!(outcome["outcome"], "crashed");
+    assert_eq!(outcome["crash"]["kind"], "trap");
+    assert!(outcome["stderr"]
+        .as_str()
+        .unwrap()
+        .contains("about to trap"));
+
+    let no_tool = server.post_json("/v1/packages/greet/call", &json!({"tool": "shout"}));
+    assert_eq!(no_tool.status, 404);
+    let no_package = server.post_json("/v1/packages/nothing/call", &json!({"tool": "greet"}));
+    assert_eq!(no_package.status, 404);
+    let bad_limits = server.post_json(
+        "/v1/packages/greet/call",
+        &json!({"tool": "greet", "limits": {"timeout_ms": 0}}),
+    );
+    assert_eq!(bad_limits.status, 400);
+
+    let metrics = server.get("/metrics");
+    assert_eq!(metrics.status, 200);
+    let text = metrics.text();
+    assert!(
+        text.contains("hako_call_crashes_total{kind=\"trap\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("hako_calls_total{outcome=\"crashed\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("hako_call_duration_seconds_count 1"),
+        "{text}"
+    );
+    assert_eq!(server.get("/healthz").text(), "ok\n");
+}
+
+#[test]
+fn a_limit_given_with_the_call_applies() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &[]);
+    let reply = server.post_json(
+        "/v1/packages/fixture/call",
+        &json!({"tool": "spin", "limits": {"timeout_ms": 200}}),
+    );
+    assert_eq!(reply.json()["crash"]["kind"], "timeout");
+}
+
+#[test]
+fn module_loads_after_the_first_come_from_the_shared_cache() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &[]);
+    for _ in 0..3 {
+        let reply = server.post_json(
+            "/v1/packages/greet/call",
+            &json!({"tool": "greet", "arguments": {"name": "x"}}),
+        );
+        assert_eq!(reply.json()["outcome"], "ok");
+    }
+    assert_eq!(
+        server.metric("hako_module_loads_total{source=\"artifact\"}"),
+        1.0
+    );
+    assert_eq!(
+        server.metric("hako_module_loads_total{source=\"memory\"}"),
+        2.0
+    );
+}
+
+#[test]
+fn request_bodies_beyond_the_limit_are_refused_with_413() {
+    let store = serve_support::store();
+    let server = Server::start(
+        store.path(),
+        &["--max-body", "1024", "--max-upload", "2048"],
+    );
+    let big = json!({"tool": "greet", "arguments": {"name": "x".repeat(2000)}});
+    assert_eq!(
+        server.post_json("/v1/packages/greet/call", &big).status,
+        413
+    );
+    let message =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "x".repeat(2000)}});
+    assert_eq!(server.post_json("/mcp/greet", &message).status, 413);
+    let upload = server.request("POST", "/v1/packages", &[], &vec![0u8; 4096]);
+    assert_eq!(upload.status, 413);
+    let small = json!({"tool": "greet", "arguments": {"name": "x"}});
+    assert_eq!(
+        server.post_json("/v1/packages/greet/call", &small).status,
+        200
+    );
+}
+
+#[test]
+fn a_configured_token_is_required_exactly_except_for_health() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &["--token", "s3cret"]);
+    assert_eq!(server.get("/v1/packages").status, 401);
+    let wrong = server.request(
+        "GET",
+        "/v1/packages",
+        &[("authorization", "Bearer s3cre")],
+        b"",
+    );
+    assert_eq!(wrong.status, 401);
+    let basic = server.request(
+        "GET",
+        "/v1/packages",
+        &[("authorization", "Basic s3cret")],
+        b"",
+    );
+    assert_eq!(basic.status, 401);
+    let right = server.request(
+        "GET",
+        "/v1/packages",
+        &[("authorization", "Bearer s3cret")],
+        b"",
+    );
+    assert_eq!(right.status, 200);
+    assert_eq!(server.get("/healthz").status, 200);
+    assert_eq!(server.get("/sse/greet").status, 401);
+    assert_eq!(server.post_json("/mcp/greet", &json!({})).status, 401);
+}
+
+#[test]
+fn the_token_may_come_from_the_environment() {
+    let store = serve_support::store();
+    let server = Server::start_with(store.path(), &[], &[("HAKO_TOKEN", "from-env")]);
+    assert_eq!(server.get("/metrics").status, 401);
+    let right = server.request(
+        "GET",
+        "/metrics",
+        &[("authorization", "Bearer from-env")],
+        b"",
+    );
+    assert_eq!(right.status, 200);
+}
+
+#[test]
+fn a_foreign_origin_is_refused_unless_allowed() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &["--allow-origin", "https://app.example"]);
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let with_origin = |origin: &str| {
+        server
+            .request("POST", "/mcp/greet", &[("origin", origin)], ping.as_bytes())
+            .status
+    };
+    assert_eq!(with_origin("http://evil.example"), 403);
+    assert_eq!(with_origin("http://localhost.evil.example"), 403);
+    assert_eq!(with_origin("http://localhost:5173"), 200);
+    assert_eq!(with_origin("http://127.0.0.1"), 200);
+    assert_eq!(with_origin("http://[::1]:8080"), 200);
+    assert_eq!(with_origin("https://app.example"), 200);
+    assert_eq!(
+        server
+            .post_json(
+                "/mcp/greet",
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+            )
+            .status,
+        200
+    );
+}
+
+#[test]
+fn a_public_address_without_a_token_is_refused_before_binding() {
+    let store = empty_store();
+    let output = serve_support::hako()
+        .args(["serve", "--listen", "0.0.0.0:0", "--store"])
+        .arg(store.path())
+        .env_remove("HAKO_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("without a token"), "{stderr}");
+    assert!(output.stdout.is_empty());
+}
+
+fn sleep_call(ms: u64) -> Value {
+    json!({"tool": "sleep", "arguments": {"ms": ms}})
+}
+
+#[test]
+fn beyond_the_queue_calls_get_503_and_every_accepted_call_is_answered() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &["--workers", "1", "--queue", "1"]);
+    let addr = server.addr;
+    let body = sleep_call(600).to_string();
+    let send = move || {
+        let body = body.clone();
+        std::thread::spawn(move || {
+            request(
+                addr,
+                "POST",
+                "/v1/packages/fixture/call",
+                &[],
+                body.as_bytes(),
+            )
+        })
+    };
+    let running = send();
+    server.wait_until("the first call runs", |s| {
+        s.metric("hako_calls_in_flight") == 1.0
+    });
+    let queued = send();
+    server.wait_until("the second call is queued", |s| {
+        s.metric("hako_calls_queued") == 1.0
+    });
+    let refused = server.post_json("/v1/packages/fixture/call", &sleep_call(1));
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    let mcp = server.post_json(
+        "/mcp/fixture",
+        &json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "sleep", "arguments": {"ms": 1}}}),
+    );
+    assert_eq!(mcp.status, 503);
+    assert_eq!(mcp.header("retry-after"), Some("1"));
+    assert_eq!(mcp.json()["error"]["code"], -32000);
+    for call in [running, queued] {
+        let reply = call.join().unwrap();
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.json()["outcome"], "ok");
+    }
+    assert_eq!(server.metric("hako_calls_rejected_total"), 2.0);
+}
+
+#[test]
+fn sigterm_finishes_the_calls_in_flight_then_exits_zero() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &[]);
+    let addr = server.addr;
+    let body = sleep_call(500).to_string();
+    let call = std::thread::spawn(move || {
+        request(
+            addr,
+            "POST",
+            "/v1/packages/fixture/call",
+            &[],
+            body.as_bytes(),
+        )
+    });
+    server.wait_until("the call runs", |s| s.metric("hako_calls_in_flight") == 1.0);
+    let status = server.terminate();
+    assert!(status.success(), "{status:?}");
+    let reply = call.join().unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.json()["outcome"], "ok");
+    assert_eq!(
+        reply.json()["result"]["content"][0]["text"],
+        r#"{"slept_ms":500}"#
+    );
+}

@@ -1,0 +1,406 @@
+//! What the `hako serve` tests share: a store with packages uploaded by the `hako` binary, a
+//! server process started on a loopback port the system picks (the port is read from the
+//! one line it prints), a minimal HTTP/1.1 client over `std::net::TcpStream`, and a reader of
+//! Server-Sent Events. Everything talks to 127.0.0.1 only.
+//!
+//! It does not assert anything about the server's answers; the tests do.
+
+#![allow(dead_code)] // each test file uses its own part of the support
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support;
+
+/// The `hako` binary under test.
+pub fn hako() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_hako"))
+}
+
+/// Runs `hako upload DIR --store STORE` and panics with its stderr if it fails.
+pub fn upload(store: &Path, package: &Path) {
+    let output = hako()
+        .args(["upload", "--store"])
+        .arg(store)
+        .arg(package)
+        .output()
+        .expect("hako runs");
+    assert!(
+        output.status.success(),
+        "hako upload {} failed: {}",
+        package.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A fresh store holding `greet` (the bundled example) and `fixture` (the fixture guest).
+pub fn store() -> tempfile::TempDir {
+    let store = tempfile::Builder::new()
+        .prefix("hako-serve-store-")
+        .tempdir()
+        .expect("a temp dir");
+    upload(store.path(), &support::greet_package_dir());
+    let fixture = support::fixture_package("fixture", None);
+    upload(store.path(), fixture.path());
+    store
+}
+
+/// A running `hako serve`; killed when dropped unless it was stopped.
+pub struct Server {
+    pub child: Child,
+    pub addr: SocketAddr,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Server {
+    /// Starts `hako serve --store STORE --listen 127.0.0.1:0 ARGS…` and waits for its line.
+    pub fn start(store: &Path, args: &[&str]) -> Server {
+        Server::start_with(store, args, &[])
+    }
+
+    /// Like [`Server::start`], with environment variables.
+    pub fn start_with(store: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut command = hako();
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
+            .arg(store)
+            .args(args)
+            .env_remove("HAKO_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("hako serve starts");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
+        let mut line = String::new();
+        stdout
+            .read_line(&mut line)
+            .expect("hako serve prints a line");
+        let addr = line
+            .trim()
+            .strip_prefix("hako: listening on http://")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .expect("the line names an address");
+        Server {
+            child,
+            addr,
+            stdout,
+        }
+    }
+
+    /// One request on its own connection.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Reply {
+        request(self.addr, method, path, headers, body)
+    }
+
+    pub fn get(&self, path: &str) -> Reply {
+        self.request("GET", path, &[], b"")
+    }
+
+    pub fn post_json(&self, path: &str, body: &Value) -> Reply {
+        self.request(
+            "POST",
+            path,
+            &[("content-type", "application/json")],
+            body.to_string().as_bytes(),
+        )
+    }
+
+    /// The value of one metric line, such as `hako_calls_in_flight`.
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = self.get("/metrics").text();
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+            .parse()
+            .expect("a number")
+    }
+
+    /// Waits, up to 20 s, until `condition` holds; the server's state is what is awaited.
+    pub fn wait_until(&self, what: &str, mut condition: impl FnMut(&Server) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !condition(self) {
+            assert!(Instant::now() < deadline, "timed out waiting until {what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Sends SIGTERM and waits for the process to exit.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+        let status = self.child.wait().expect("hako serve exits");
+        let mut rest = String::new();
+        let _ = self.stdout.read_to_string(&mut rest);
+        status
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP answer.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|err| panic!("not JSON ({err}): {}", self.text()))
+    }
+}
+
+fn write_request(
+    stream: &mut TcpStream,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) {
+    let mut head = format!("{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n");
+    for (key, value) in headers {
+        head.push_str(&format!("{key}: {value}\r\n"));
+    }
+    if method != "GET" || !body.is_empty() {
+        head.push_str(&format!("content-length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
+    stream
+        .write_all(head.as_bytes())
+        .expect("the request is sent");
+    stream.write_all(body).expect("the body is sent");
+}
+
+fn read_head(reader: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
+    let mut status_line = String::new();
+    reader.read_line(&mut status_line).expect("a status line");
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("a header line");
+        let line = line.trim_end();
+        if line.is_empty() {
+            return (status, headers);
+        }
+        if let Some((key, value)) = line.split_once(':') {
+            headers.push((key.trim().to_string(), value.trim().to_string()));
+        }
+    }
+}
+
+/// One request on a new connection to `addr`, read to the end of its body.
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Reply {
+    let mut stream = TcpStream::connect(addr).expect("the server accepts");
+    write_request(&mut stream, method, path, headers, body);
+    let mut reader = BufReader::new(stream);
+    let (status, headers) = read_head(&mut reader);
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size).expect("a chunk size");
+            let size = usize::from_str_radix(size.trim(), 16).expect("a hex chunk size");
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk).expect("a chunk");
+            if size == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..size]);
+        }
+    } else {
+        reader.read_to_end(&mut body).expect("the body");
+    }
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// An open Server-Sent Events stream.
+pub struct EventStream {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    reader: BufReader<TcpStream>,
+    /// Bytes read past the last whole line.
+    pending: Vec<u8>,
+}
+
+/// One thing read from an event stream.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Sse {
+    Event { name: String, data: String },
+    Comment(String),
+}
+
+impl EventStream {
+    /// `GET path` with `Accept: text/event-stream`.
+    pub fn open(addr: SocketAddr, path: &str) -> EventStream {
+        let mut stream = TcpStream::connect(addr).expect("the server accepts");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("a read timeout");
+        let head =
+            format!("GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\naccept: text/event-stream\r\n\r\n");
+        stream
+            .write_all(head.as_bytes())
+            .expect("the request is sent");
+        let mut reader = BufReader::new(stream);
+        let (status, headers) = read_head(&mut reader);
+        EventStream {
+            status,
+            headers,
+            reader,
+            pending: Vec::new(),
+        }
+    }
+
+    fn chunked(&self) -> bool {
+        self.headers
+            .iter()
+            .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"))
+    }
+
+    /// The next line of the stream's text, across chunk boundaries.
+    fn line(&mut self) -> Option<String> {
+        loop {
+            if let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=end).collect();
+                return Some(String::from_utf8_lossy(&line[..end]).into_owned());
+            }
+            if self.chunked() {
+                let mut size = String::new();
+                if self.reader.read_line(&mut size).ok()? == 0 {
+                    return None;
+                }
+                let size = usize::from_str_radix(size.trim(), 16).ok()?;
+                if size == 0 {
+                    return None;
+                }
+                let mut chunk = vec![0; size + 2];
+                self.reader.read_exact(&mut chunk).ok()?;
+                self.pending.extend_from_slice(&chunk[..size]);
+            } else {
+                let mut bytes = [0u8; 1024];
+                let read = self.reader.read(&mut bytes).ok()?;
+                if read == 0 {
+                    return None;
+                }
+                self.pending.extend_from_slice(&bytes[..read]);
+            }
+        }
+    }
+
+    /// The next event or comment; `None` when the stream ended.
+    pub fn next(&mut self) -> Option<Sse> {
+        let (mut name, mut data) = (String::new(), None::<String>);
+        loop {
+            let line = self.line()?;
+            if line.is_empty() {
+                if let Some(data) = data.take() {
+                    return Some(Sse::Event { name, data });
+                }
+                continue;
+            }
+            if let Some(comment) = line.strip_prefix(':') {
+                if data.is_none() && name.is_empty() {
+                    return Some(Sse::Comment(comment.trim().to_string()));
+                }
+            } else if let Some(value) = line.strip_prefix("event: ") {
+                name = value.to_string();
+            } else if let Some(value) = line.strip_prefix("data: ") {
+                data = Some(value.to_string());
+            }
+        }
+    }
+
+    /// The next event, skipping comments.
+    pub fn next_event(&mut self) -> (String, String) {
+        loop {
+            match self.next() {
+                Some(Sse::Event { name, data }) => return (name, data),
+                Some(Sse::Comment(_)) => continue,
+                None => panic!("the event stream ended"),
+            }
+        }
+    }
+}
+
+/// Runs `hako serve --stdio PACKAGE --store STORE` with `input` on stdin, to its exit.
+pub fn stdio(store: &Path, package: &str, input: &[u8]) -> Output {
+    let mut child = hako()
+        .args(["serve", "--store"])
+        .arg(store)
+        .args(["--stdio", package])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("hako serve --stdio starts");
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let output = child.wait_with_output().expect("hako serve --stdio exits");
+    writer.join().expect("the writer thread ends");
+    output
+}
+
+/// The lines of a stdio run's stdout, each parsed as JSON.
+pub fn stdout_lines(output: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|err| panic!("{err}: {line}")))
+        .collect()
+}
