@@ -16,7 +16,7 @@ use hako_engine_api::{Host, Import, Module, RunExit, RunLimits, Stop};
 use super::deadline::{CallTimer, DeadlineKind};
 use super::outcome::{Crash, CrashKind};
 use super::session::{Conversation, Session};
-use crate::http::{Broker, HttpImports, PackagePolicy};
+use crate::http::{Broker, HttpImports, PackagePolicy, VolumeDirs, VolumeRoot};
 use crate::sandbox::{Cancel, Preopen, PreopenDir, SandboxConfig, Wasi, WriteBudget};
 
 /// The limits of one call.
@@ -165,25 +165,28 @@ fn fresh_volume_path() -> PathBuf {
     std::env::temp_dir().join(format!("hako-volume-{}", hex::encode(bytes)))
 }
 
-/// The preopens of a call, in the ABI's order, and the `/volume/tmp` folder behind them.
-fn preopens(mounts: &Mounts) -> Result<(Vec<Preopen>, Option<VolumeDir>), RunError> {
+/// The preopens of a call, in the ABI's order, the `/volume/tmp` folder behind them, and the
+/// volume folders as the HTTP broker reaches them (sharing a fresh folder's creation).
+fn preopens(
+    mounts: &Mounts,
+) -> Result<(Vec<Preopen>, Option<VolumeDir>, VolumeDirs), RunError> {
     let mut preopens = Vec::with_capacity(3 + mounts.skills.len());
+    let mut volume_dirs = VolumeDirs::none();
     let volume = match &mounts.volume_tmp {
         VolumeTmp::None => None,
         VolumeTmp::Fresh => {
             let path = fresh_volume_path();
-            let for_open = path.clone();
+            let root = VolumeRoot::fresh(path.clone());
+            volume_dirs.tmp = Some(root.clone());
             preopens.push(Preopen {
                 guest_path: "/volume/tmp".into(),
-                dir: PreopenDir::Lazy(Box::new(move || {
-                    std::fs::create_dir(&for_open)?;
-                    Dir::open_ambient_dir(&for_open, ambient_authority())
-                })),
+                dir: PreopenDir::Lazy(Box::new(move || root.open())),
                 read_only: false,
             });
             Some(VolumeDir { path, remove: true })
         }
         VolumeTmp::Given(path) => {
+            volume_dirs.tmp = Some(VolumeRoot::existing(path.clone()));
             preopens.push(Preopen {
                 guest_path: "/volume/tmp".into(),
                 dir: lazy_dir(path.clone(), true),
@@ -196,6 +199,7 @@ fn preopens(mounts: &Mounts) -> Result<(Vec<Preopen>, Option<VolumeDir>), RunErr
         }
     };
     if let Some(data) = &mounts.data {
+        volume_dirs.data = Some(VolumeRoot::existing(data.clone()));
         preopens.push(Preopen {
             guest_path: "/volume/data".into(),
             dir: lazy_dir(data.clone(), true),
@@ -223,7 +227,7 @@ fn preopens(mounts: &Mounts) -> Result<(Vec<Preopen>, Option<VolumeDir>), RunErr
             });
         }
     }
-    Ok((preopens, volume))
+    Ok((preopens, volume, volume_dirs))
 }
 
 /// `/skills` itself: a read-only folder that lists each skill's name as an empty folder (the
@@ -254,7 +258,7 @@ pub fn run<C: Conversation + 'static>(
     let cancel = Arc::new(Cancel::new());
     let timer = Arc::new(CallTimer::start(deadline, Arc::clone(&cancel)));
     let budget = Arc::new(WriteBudget::new(limits.write_budget));
-    let (preopens, volume_tmp) = preopens(mounts)?;
+    let (preopens, volume_tmp, volume_dirs) = preopens(mounts)?;
     let session = Session::new(conversation, Arc::clone(&timer));
     let wasi = Wasi::new(
         SandboxConfig {
@@ -262,7 +266,7 @@ pub fn run<C: Conversation + 'static>(
             env: Vec::new(),
             preopens,
             budget: Arc::clone(&budget),
-            cancel,
+            cancel: Arc::clone(&cancel),
             deadline: Some(deadline),
         },
         session,
@@ -272,7 +276,9 @@ pub fn run<C: Conversation + 'static>(
         Arc::clone(&network.broker),
         budget,
         Some(deadline),
-    );
+    )
+    .with_volume(volume_dirs)
+    .with_cancel(cancel);
     let host = Box::new(CallHost { wasi, http });
     let result = module.run(
         host,

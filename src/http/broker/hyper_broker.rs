@@ -1,0 +1,201 @@
+//! [`HyperBroker`], the broker that really sends: a small multi-thread tokio runtime it owns,
+//! two pooled hyper clients (public names, trusted private names) shared by every call, and
+//! the guest's thread blocked on the answer while the exchange runs there. It owns the
+//! hand-off between the guest's thread and the runtime: volume files prepared before anything
+//! is sent, the whole exchange bounded by `request.timeout`, the call's `Cancel` honoured,
+//! and a failed `file` output removed. The exchange itself lives in `exchange`.
+
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rustls::RootCertStore;
+
+use super::client::{self, BrokerError};
+use super::exchange::{self, Job, Pools, Sink};
+use super::resolve::{Resolve, SystemResolver};
+use super::{Broker, SendContext};
+use crate::http::answer::{Answer, ErrorKind, HttpError};
+use crate::http::credential::InjectedHeader;
+use crate::http::policy::TlsPolicy;
+use crate::http::request::{Body, Output, Request};
+
+/// How often a waiting guest thread looks at its call's cancellation flag.
+const CANCEL_POLL: Duration = Duration::from_millis(20);
+
+/// Worker threads of the broker's runtime: requests are I/O bound and a host runs few calls
+/// at once per core.
+const WORKERS: usize = 2;
+
+/// The broker that sends requests with hyper and rustls. Build one per host and share it
+/// (`Arc<HyperBroker>`): its pools live as long as it does.
+pub struct HyperBroker {
+    /// `Some` until drop, which shuts it down without waiting for its tasks.
+    runtime: Option<tokio::runtime::Runtime>,
+    pools: Arc<Pools>,
+}
+
+impl HyperBroker {
+    /// A broker trusting the platform's roots and `tls.extra_ca_files`, resolving with the
+    /// system resolver.
+    pub fn new(tls: &TlsPolicy) -> Result<HyperBroker, BrokerError> {
+        HyperBroker::with_resolver(tls, Arc::new(SystemResolver))
+    }
+
+    /// A broker like [`HyperBroker::new`] that resolves names with `resolver`.
+    pub fn with_resolver(
+        tls: &TlsPolicy,
+        resolver: Arc<dyn Resolve>,
+    ) -> Result<HyperBroker, BrokerError> {
+        HyperBroker::with_roots(client::roots(&tls.extra_ca_files)?, resolver)
+    }
+
+    /// A broker trusting exactly `roots`, resolving with `resolver`.
+    pub fn with_roots(
+        roots: RootCertStore,
+        resolver: Arc<dyn Resolve>,
+    ) -> Result<HyperBroker, BrokerError> {
+        let tls = client::tls_config(roots)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(WORKERS)
+            .thread_name("hako-http")
+            .enable_all()
+            .build()?;
+        let pools = {
+            let _inside = runtime.enter();
+            Pools {
+                public: client::lane(tls.clone()),
+                trusted: client::lane(tls),
+                resolver,
+            }
+        };
+        Ok(HyperBroker {
+            runtime: Some(runtime),
+            pools: Arc::new(pools),
+        })
+    }
+
+    /// Everything done on the guest's thread before the exchange: the `file` body read and
+    /// the `file` output created, so a bad path fails before anything is sent.
+    fn prepare(
+        request: &Request,
+        credentials: &[InjectedHeader],
+        ctx: &SendContext,
+    ) -> Result<(Job, Option<super::volume::OutputFile>), HttpError> {
+        let body = match &request.body {
+            Body::File(path) => ctx.volume.read(path)?,
+            inline => inline.inline_bytes().ok_or_else(|| {
+                HttpError::invalid("the body could not be encoded")
+            })?,
+        };
+        let (sink, output) = match &request.output {
+            Output::Inline => (Sink::Inline, None),
+            Output::File(path) => {
+                let (file, output) = ctx.volume.create(path)?;
+                (
+                    Sink::File {
+                        file: file.into_std(),
+                        guest_path: path.clone(),
+                    },
+                    Some(output),
+                )
+            }
+        };
+        let job = Job {
+            request: request.clone(),
+            credentials: credentials.to_vec(),
+            body: Bytes::from(body),
+            sink,
+            policy: Arc::clone(&ctx.policy),
+            budget: Arc::clone(&ctx.budget),
+        };
+        Ok((job, output))
+    }
+}
+
+impl Broker for HyperBroker {
+    fn send(&self, request: &Request, credentials: &[InjectedHeader], ctx: &SendContext) -> Answer {
+        let Some(runtime) = &self.runtime else {
+            return HttpError::new(ErrorKind::Connection, "the HTTP broker has shut down").into();
+        };
+        let (job, output) = match HyperBroker::prepare(request, credentials, ctx) {
+            Ok(prepared) => prepared,
+            Err(error) => return error.into(),
+        };
+        let timeout = request.timeout;
+        let authority = request.url.authority();
+        let pools = Arc::clone(&self.pools);
+        let (answer_tx, answer_rx) = mpsc::sync_channel(1);
+        let task = runtime.spawn(async move {
+            let exchange = exchange::run(pools, job);
+            let answer = match timeout {
+                None => exchange.await,
+                Some(limit) => tokio::time::timeout(limit, exchange)
+                    .await
+                    .unwrap_or_else(|_| timed_out(&authority, limit).into()),
+            };
+            // The guest's thread may have stopped waiting (cancelled); nothing is lost.
+            let _ = answer_tx.send(answer);
+        });
+        let answer = loop {
+            let waited = match &ctx.cancel {
+                None => answer_rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(_) => answer_rx.recv_timeout(CANCEL_POLL),
+            };
+            match waited {
+                Ok(answer) => break answer,
+                Err(RecvTimeoutError::Timeout) => {
+                    if ctx.cancel.as_ref().is_some_and(|cancel| cancel.is_cancelled()) {
+                        task.abort();
+                        break HttpError::new(
+                            ErrorKind::Timeout,
+                            format!(
+                                "the call was stopped while the request to {} was running",
+                                request.url.authority()
+                            ),
+                        )
+                        .into();
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    break HttpError::new(
+                        ErrorKind::Connection,
+                        format!(
+                            "the request to {} ended without an answer",
+                            request.url.authority()
+                        ),
+                    )
+                    .into()
+                }
+            }
+        };
+        exchange::discard_on_error(&answer, output);
+        answer
+    }
+}
+
+fn timed_out(authority: &str, limit: Duration) -> HttpError {
+    HttpError::new(
+        ErrorKind::Timeout,
+        format!(
+            "the request to {authority} did not finish within {} ms",
+            limit.as_millis()
+        ),
+    )
+}
+
+impl Drop for HyperBroker {
+    fn drop(&mut self) {
+        // Safe in any context, async ones included; running exchanges are abandoned.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl std::fmt::Debug for HyperBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HyperBroker").finish_non_exhaustive()
+    }
+}
