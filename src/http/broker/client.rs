@@ -13,7 +13,7 @@ use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::RootCertStore;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
@@ -105,6 +105,7 @@ pub fn lane(tls: rustls::ClientConfig) -> Lane {
         .wrap_connector(http);
     let client = Client::builder(TokioExecutor::new())
         .pool_idle_timeout(IDLE)
+        .pool_timer(TokioTimer::new())
         .build(https);
     Lane { client, vetted }
 }

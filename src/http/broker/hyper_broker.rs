@@ -199,3 +199,66 @@ impl std::fmt::Debug for HyperBroker {
         f.debug_struct("HyperBroker").finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::broker::{StaticResolver, VolumeDirs};
+    use crate::http::policy::Policy;
+    use crate::sandbox::WriteBudget;
+
+    fn context() -> SendContext {
+        let policy = Policy::from_toml(
+            "[packages.p]\nallow_hosts = [\"a.test\"]\n",
+            std::path::Path::new("."),
+        )
+        .unwrap()
+        .for_package("p", &[])
+        .unwrap();
+        SendContext {
+            policy: Arc::new(policy),
+            budget: Arc::new(WriteBudget::new(0)),
+            deadline: None,
+            volume: VolumeDirs::none(),
+            cancel: None,
+        }
+    }
+
+    fn broker() -> HyperBroker {
+        HyperBroker::with_roots(RootCertStore::empty(), Arc::new(StaticResolver::new())).unwrap()
+    }
+
+    fn request(json: &str) -> Request {
+        Request::parse(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn an_output_outside_the_mounted_volume_fails_before_resolving() {
+        let answer = broker().send(
+            &request(r#"{"url":"https://a.test/","output":{"type":"file","path":"/volume/tmp/x"}}"#),
+            &[],
+            &context(),
+        );
+        let Answer::Error(error) = answer else {
+            panic!("expected an error, got {answer:?}")
+        };
+        assert_eq!(error.kind, ErrorKind::BadPath);
+    }
+
+    #[test]
+    fn a_name_that_does_not_resolve_is_a_connection_error() {
+        let answer = broker().send(&request(r#"{"url":"https://a.test/"}"#), &[], &context());
+        let Answer::Error(error) = answer else {
+            panic!("expected an error, got {answer:?}")
+        };
+        assert_eq!(error.kind, ErrorKind::Connection);
+        assert!(error.message.contains("a.test"), "{}", error.message);
+    }
+
+    #[test]
+    fn a_broker_dropped_inside_an_async_context_does_not_panic() {
+        let outer = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let broker = broker();
+        outer.block_on(async move { drop(broker) });
+    }
+}
