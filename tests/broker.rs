@@ -124,7 +124,10 @@ fn every_method_reaches_the_server() {
         }
     }
     let methods: Vec<String> = env.server.seen().into_iter().map(|s| s.method).collect();
-    assert_eq!(methods, ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]);
+    assert_eq!(
+        methods,
+        ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+    );
 }
 
 #[test]
@@ -147,21 +150,28 @@ fn the_default_method_is_get_and_guest_headers_arrive_without_connection_headers
 #[test]
 fn text_json_and_file_bodies_are_sent() {
     let env = Env::start();
-    env.send(json!({"method": "POST", "url": env.url("api.test", "/echo"),
-                    "body": {"type": "text", "text": "plain words"}}));
+    env.send(
+        json!({"method": "POST", "url": env.url("api.test", "/echo"),
+                    "body": {"type": "text", "text": "plain words"}}),
+    );
     env.send(json!({"method": "PUT", "url": env.url("api.test", "/echo"),
                     "body": {"type": "json", "json": {"order": 1042}}}));
     std::fs::write(env.volume.path().join("in.bin"), [0u8, 159, 146, 150]).unwrap();
-    env.send(json!({"method": "POST", "url": env.url("api.test", "/echo"),
+    env.send(
+        json!({"method": "POST", "url": env.url("api.test", "/echo"),
                     "headers": {"content-type": "application/octet-stream"},
-                    "body": {"type": "file", "path": "/volume/tmp/in.bin"}}));
+                    "body": {"type": "file", "path": "/volume/tmp/in.bin"}}),
+    );
     let seen = env.server.seen();
     assert_eq!(seen[0].body, b"plain words");
     assert_eq!(seen[0].header("content-type"), None);
     assert_eq!(seen[1].body, br#"{"order":1042}"#);
     assert_eq!(seen[1].header("content-type"), Some("application/json"));
     assert_eq!(seen[2].body, [0u8, 159, 146, 150]);
-    assert_eq!(seen[2].header("content-type"), Some("application/octet-stream"));
+    assert_eq!(
+        seen[2].header("content-type"),
+        Some("application/octet-stream")
+    );
 }
 
 #[test]
@@ -191,7 +201,10 @@ fn a_body_over_256_kib_is_too_large_inline_and_saved_whole_to_a_file() {
     assert_eq!(kind(&answer), "too_large");
     assert!(message(&answer).contains("262144"), "{}", message(&answer));
     let exact = env.send(json!({"url": env.url("api.test", &format!("/big/{}", size - 1))}));
-    assert_eq!(exact["ok"]["body"]["text"].as_str().unwrap().len(), size - 1);
+    assert_eq!(
+        exact["ok"]["body"]["text"].as_str().unwrap().len(),
+        size - 1
+    );
 
     let answer = env.send(json!({
         "url": env.url("api.test", "/big/1000000"),
@@ -303,11 +316,26 @@ fn a_redirect_to_http_a_forbidden_address_or_an_unlisted_host_is_refused() {
     let env = Env::start();
     let port = env.server.port;
     let cases = [
-        (format!("http://api.test:{port}/echo"), "forbidden_destination"),
-        (format!("https://inside.test:{port}/echo"), "forbidden_destination"),
-        (format!("https://127.0.0.1:{port}/echo"), "forbidden_destination"),
-        (format!("https://unlisted.test:{port}/echo"), "host_not_allowed"),
-        (format!("https://api.test:{}/echo", port + 1), "host_not_allowed"),
+        (
+            format!("http://api.test:{port}/echo"),
+            "forbidden_destination",
+        ),
+        (
+            format!("https://inside.test:{port}/echo"),
+            "forbidden_destination",
+        ),
+        (
+            format!("https://127.0.0.1:{port}/echo"),
+            "forbidden_destination",
+        ),
+        (
+            format!("https://unlisted.test:{port}/echo"),
+            "host_not_allowed",
+        ),
+        (
+            format!("https://api.test:{}/echo", port + 1),
+            "host_not_allowed",
+        ),
     ];
     for (target, expected) in cases {
         let answer = env.send(json!({
@@ -325,7 +353,11 @@ fn names_resolving_to_forbidden_addresses_and_literals_are_refused_unless_truste
     for name in ["inside.test", "mapped.test", "127.0.0.1"] {
         let answer = env.send(json!({"url": env.url(name, "/echo")}));
         assert_eq!(kind(&answer), "forbidden_destination", "{name}");
-        assert!(message(&answer).contains("127.0.0.1"), "{}", message(&answer));
+        assert!(
+            message(&answer).contains("127.0.0.1"),
+            "{}",
+            message(&answer)
+        );
     }
     assert!(env.server.seen().is_empty());
     // The same address under a trusted name is reached, by its vetted address, while TLS
@@ -391,9 +423,10 @@ fn credentials_reach_their_host_only_and_never_the_guest() {
 #[test]
 fn a_credential_without_its_secret_is_unavailable() {
     let env = Env::start();
-    let credential = "[[packages.p.credentials]]\nhost = \"api.test:PORT\"\nheader = \"x-api-key\"\n\
+    let credential =
+        "[[packages.p.credentials]]\nhost = \"api.test:PORT\"\nheader = \"x-api-key\"\n\
                       value_env = \"HAKO_BROKER_TEST_SURELY_UNSET\"\n"
-        .replace("PORT", &env.server.port.to_string());
+            .replace("PORT", &env.server.port.to_string());
     let (answer, _) = exchange(
         &mut env.imports(&credential, 0),
         &json!({"url": env.url("api.test", "/echo")}),
@@ -420,7 +453,10 @@ fn a_closed_port_and_an_untrusted_certificate_are_connection_errors() {
         &format!("[packages.\"*\"]\nallow_hosts = [\"api.test:{closed}\"]\n"),
         0,
     );
-    let (answer, _) = exchange(&mut http, &json!({"url": format!("https://api.test:{closed}/")}));
+    let (answer, _) = exchange(
+        &mut http,
+        &json!({"url": format!("https://api.test:{closed}/")}),
+    );
     assert_eq!(kind(&answer), "connection");
 
     let stranger =
@@ -437,7 +473,11 @@ fn a_closed_port_and_an_untrusted_certificate_are_connection_errors() {
     );
     let (answer, _) = exchange(&mut http, &json!({"url": env.url("api.test", "/echo")}));
     assert_eq!(kind(&answer), "connection");
-    assert!(message(&answer).to_lowercase().contains("certificate"), "{}", message(&answer));
+    assert!(
+        message(&answer).to_lowercase().contains("certificate"),
+        "{}",
+        message(&answer)
+    );
 }
 
 #[test]

@@ -50,7 +50,8 @@ fn a_guest_gets_a_real_response_through_the_imports() {
     .answer_json();
     assert_eq!(answer["ok"]["status"], 200, "{answer}");
     assert_eq!(answer["ok"]["headers"]["content-type"], "application/json");
-    let echoed: Value = serde_json::from_str(answer["ok"]["body"]["text"].as_str().unwrap()).unwrap();
+    let echoed: Value =
+        serde_json::from_str(answer["ok"]["body"]["text"].as_str().unwrap()).unwrap();
     assert_eq!(echoed["method"], "POST");
     assert_eq!(echoed["body"], r#"{"order":1042}"#);
     assert!(server.seen().iter().all(|seen| seen.path == "/echo"));
@@ -60,13 +61,16 @@ fn a_guest_gets_a_real_response_through_the_imports() {
 fn a_guest_sees_forbidden_destinations_and_timeouts_as_error_answers() {
     let server = TestServer::start();
     let port = server.port;
-    let literal = http(&server, json!({"url": format!("https://127.0.0.1:{port}/echo")}))
-        .policy(
-            Policy::empty()
-                .for_package("fixture", &[format!("127.0.0.1:{port}")])
-                .unwrap(),
-        )
-        .answer_json();
+    let literal = http(
+        &server,
+        json!({"url": format!("https://127.0.0.1:{port}/echo")}),
+    )
+    .policy(
+        Policy::empty()
+            .for_package("fixture", &[format!("127.0.0.1:{port}")])
+            .unwrap(),
+    )
+    .answer_json();
     assert_eq!(literal["error"]["kind"], "forbidden_destination");
     let slow = http(
         &server,
@@ -89,7 +93,10 @@ fn a_file_output_lands_in_the_volume_and_spends_the_calls_write_budget() {
         .mounts(|mounts| mounts.volume_tmp = VolumeTmp::Given(given.clone()))
         .answer_json();
     assert_eq!(saved["ok"]["body"]["bytes"], 5000, "{saved}");
-    assert_eq!(std::fs::read(volume.path().join("page.txt")).unwrap().len(), 5000);
+    assert_eq!(
+        std::fs::read(volume.path().join("page.txt")).unwrap().len(),
+        5000
+    );
 
     let refused = http(&server, request)
         .limits(|limits| limits.write_budget = 4000)

@@ -167,9 +167,7 @@ fn fresh_volume_path() -> PathBuf {
 
 /// The preopens of a call, in the ABI's order, the `/volume/tmp` folder behind them, and the
 /// volume folders as the HTTP broker reaches them (sharing a fresh folder's creation).
-fn preopens(
-    mounts: &Mounts,
-) -> Result<(Vec<Preopen>, Option<VolumeDir>, VolumeDirs), RunError> {
+fn preopens(mounts: &Mounts) -> Result<(Vec<Preopen>, Option<VolumeDir>, VolumeDirs), RunError> {
     let mut preopens = Vec::with_capacity(3 + mounts.skills.len());
     let mut volume_dirs = VolumeDirs::none();
     let volume = match &mounts.volume_tmp {

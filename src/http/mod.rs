@@ -332,7 +332,10 @@ mod tests {
         assert_eq!(length as usize, answer.len());
         let answer: Value = serde_json::from_slice(&answer).unwrap();
         assert_eq!(error_kind(&answer), "abi");
-        assert!(answer["error"]["message"].as_str().unwrap().contains("65 bytes"));
+        assert!(answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("65 bytes"));
     }
 
     #[test]

@@ -79,7 +79,9 @@ impl TestServer {
             "other.test".to_string(),
         ])
         .expect("server params");
-        let leaf = leaf_params.signed_by(&leaf_key, &ca).expect("the server certificate");
+        let leaf = leaf_params
+            .signed_by(&leaf_key, &ca)
+            .expect("the server certificate");
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
@@ -115,9 +117,12 @@ impl TestServer {
                         let record = Arc::clone(&record);
                         async move { Ok::<_, Infallible>(handle(request, &record, port).await) }
                     });
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
+                    // No `date` header: answers stay identical across runs and compilers.
+                    let mut builder =
+                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    builder.http1().auto_date_header(false);
+                    builder.http2().auto_date_header(false);
+                    let _ = builder.serve_connection(TokioIo::new(tls), service).await;
                 });
             }
         });
@@ -133,7 +138,9 @@ impl TestServer {
     /// Roots holding only the test CA.
     pub fn roots(&self) -> RootCertStore {
         let mut roots = RootCertStore::empty();
-        roots.add(self.ca_der.clone()).expect("the test CA is valid");
+        roots
+            .add(self.ca_der.clone())
+            .expect("the test CA is valid");
         roots
     }
 
@@ -213,7 +220,12 @@ async fn handle(request: Request<Incoming>, record: &Record, port: u16) -> Respo
         headers: parts
             .headers
             .iter()
-            .map(|(n, v)| (n.to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+            .map(|(n, v)| {
+                (
+                    n.to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
             .collect(),
         body: body.clone(),
         version: format!("{:?}", parts.version),
@@ -226,6 +238,8 @@ async fn handle(request: Request<Incoming>, record: &Record, port: u16) -> Respo
     let (route, query) = path.split_once('?').unwrap_or((path.as_str(), ""));
     let segments: Vec<&str> = route.trim_start_matches('/').split('/').collect();
     match segments.as_slice() {
+        // HTTP/2 forbids a body in the answer to HEAD.
+        ["echo"] if seen.method == "HEAD" => respond(200, ""),
         ["echo"] => {
             let text = serde_json::json!({
                 "method": seen.method,

@@ -168,12 +168,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let budget = WriteBudget::new(10);
         let file = std::fs::File::create(dir.path().join("out")).unwrap();
-        let written = block_on(to_file(body(vec![1; 6]), file, &budget, "a.test", "/volume/tmp/out"));
+        let written = block_on(to_file(
+            body(vec![1; 6]),
+            file,
+            &budget,
+            "a.test",
+            "/volume/tmp/out",
+        ));
         assert_eq!(written.unwrap(), 6);
         assert_eq!(budget.remaining(), 4);
         assert_eq!(std::fs::read(dir.path().join("out")).unwrap(), vec![1; 6]);
         let file = std::fs::File::create(dir.path().join("more")).unwrap();
-        let error = block_on(to_file(body(vec![1; 6]), file, &budget, "a.test", "/volume/tmp/more"));
+        let error = block_on(to_file(
+            body(vec![1; 6]),
+            file,
+            &budget,
+            "a.test",
+            "/volume/tmp/more",
+        ));
         assert_eq!(error.unwrap_err().kind, ErrorKind::WriteBudget);
         assert_eq!(budget.remaining(), 4);
     }

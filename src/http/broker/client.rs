@@ -117,7 +117,10 @@ mod tests {
     #[test]
     fn a_missing_ca_file_is_named() {
         let error = roots(&[PathBuf::from("surely/missing/ca.pem")]).unwrap_err();
-        assert!(error.to_string().contains("surely/missing/ca.pem"), "{error}");
+        assert!(
+            error.to_string().contains("surely/missing/ca.pem"),
+            "{error}"
+        );
     }
 
     #[test]

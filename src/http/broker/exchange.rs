@@ -219,16 +219,17 @@ fn build(
                 format!("the credential header `{}` cannot be sent", credential.name),
             )
         })?;
-        let mut value = HeaderValue::from_bytes(credential.value.expose().as_bytes()).map_err(|_| {
-            HttpError::new(
-                ErrorKind::CredentialUnavailable,
-                format!(
-                    "the secret for `{}` on {} is not a valid header value",
-                    credential.name,
-                    url.authority()
-                ),
-            )
-        })?;
+        let mut value =
+            HeaderValue::from_bytes(credential.value.expose().as_bytes()).map_err(|_| {
+                HttpError::new(
+                    ErrorKind::CredentialUnavailable,
+                    format!(
+                        "the secret for `{}` on {} is not a valid header value",
+                        credential.name,
+                        url.authority()
+                    ),
+                )
+            })?;
         value.set_sensitive(true);
         map.insert(name, value);
     }
@@ -251,7 +252,10 @@ fn next_hop(from: &Url, location: &HeaderValue) -> Result<Url, HttpError> {
     let text = location.to_str().map_err(|_| {
         HttpError::new(
             ErrorKind::Connection,
-            format!("{} redirected to a location that is not ASCII", from.authority()),
+            format!(
+                "{} redirected to a location that is not ASCII",
+                from.authority()
+            ),
         )
     })?;
     from.join(text).map_err(|error| match error {
@@ -264,7 +268,10 @@ fn next_hop(from: &Url, location: &HeaderValue) -> Result<Url, HttpError> {
         ),
         JoinError::Invalid(reason) => HttpError::new(
             ErrorKind::Connection,
-            format!("{} redirected to a location that {reason}", from.authority()),
+            format!(
+                "{} redirected to a location that {reason}",
+                from.authority()
+            ),
         ),
     })
 }
@@ -316,10 +323,29 @@ mod tests {
 
     #[test]
     fn a_json_body_gets_a_content_type_unless_the_guest_set_one() {
-        let request = build(Method::Post, &url("https://a.test/"), &[], true, &[], Bytes::from("{}")).unwrap();
+        let request = build(
+            Method::Post,
+            &url("https://a.test/"),
+            &[],
+            true,
+            &[],
+            Bytes::from("{}"),
+        )
+        .unwrap();
         assert_eq!(request.headers()[CONTENT_TYPE], "application/json");
-        let own = [("content-type".to_string(), "application/vnd+json".to_string())];
-        let request = build(Method::Post, &url("https://a.test/"), &own, true, &[], Bytes::from("{}")).unwrap();
+        let own = [(
+            "content-type".to_string(),
+            "application/vnd+json".to_string(),
+        )];
+        let request = build(
+            Method::Post,
+            &url("https://a.test/"),
+            &own,
+            true,
+            &[],
+            Bytes::from("{}"),
+        )
+        .unwrap();
         assert_eq!(request.headers()[CONTENT_TYPE], "application/vnd+json");
     }
 
@@ -329,7 +355,15 @@ mod tests {
             name: "authorization".into(),
             value: Secret::new("Bearer t".into()),
         };
-        let request = build(Method::Get, &url("https://a.test/x"), &[], false, &[credential], Bytes::new()).unwrap();
+        let request = build(
+            Method::Get,
+            &url("https://a.test/x"),
+            &[],
+            false,
+            &[credential],
+            Bytes::new(),
+        )
+        .unwrap();
         let value = &request.headers()["authorization"];
         assert_eq!(value, "Bearer t");
         assert!(value.is_sensitive());
@@ -343,7 +377,10 @@ mod tests {
         map.append("vary", HeaderValue::from_static("origin"));
         assert_eq!(
             response_headers(&map),
-            vec![("vary".into(), "accept".into()), ("vary".into(), "origin".into())]
+            vec![
+                ("vary".into(), "accept".into()),
+                ("vary".into(), "origin".into())
+            ]
         );
     }
 

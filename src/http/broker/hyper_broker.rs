@@ -85,9 +85,9 @@ impl HyperBroker {
     ) -> Result<(Job, Option<super::volume::OutputFile>), HttpError> {
         let body = match &request.body {
             Body::File(path) => ctx.volume.read(path)?,
-            inline => inline.inline_bytes().ok_or_else(|| {
-                HttpError::invalid("the body could not be encoded")
-            })?,
+            inline => inline
+                .inline_bytes()
+                .ok_or_else(|| HttpError::invalid("the body could not be encoded"))?,
         };
         let (sink, output) = match &request.output {
             Output::Inline => (Sink::Inline, None),
@@ -146,7 +146,11 @@ impl Broker for HyperBroker {
             match waited {
                 Ok(answer) => break answer,
                 Err(RecvTimeoutError::Timeout) => {
-                    if ctx.cancel.as_ref().is_some_and(|cancel| cancel.is_cancelled()) {
+                    if ctx
+                        .cancel
+                        .as_ref()
+                        .is_some_and(|cancel| cancel.is_cancelled())
+                    {
                         task.abort();
                         break HttpError::new(
                             ErrorKind::Timeout,
@@ -235,7 +239,9 @@ mod tests {
     #[test]
     fn an_output_outside_the_mounted_volume_fails_before_resolving() {
         let answer = broker().send(
-            &request(r#"{"url":"https://a.test/","output":{"type":"file","path":"/volume/tmp/x"}}"#),
+            &request(
+                r#"{"url":"https://a.test/","output":{"type":"file","path":"/volume/tmp/x"}}"#,
+            ),
             &[],
             &context(),
         );
@@ -257,7 +263,9 @@ mod tests {
 
     #[test]
     fn a_broker_dropped_inside_an_async_context_does_not_panic() {
-        let outer = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let outer = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let broker = broker();
         outer.block_on(async move { drop(broker) });
     }

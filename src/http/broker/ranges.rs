@@ -9,7 +9,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 const V4: [(Ipv4Addr, u8, &str); 16] = [
     (Ipv4Addr::new(0, 0, 0, 0), 8, "\"this network\""),
     (Ipv4Addr::new(10, 0, 0, 0), 8, "private"),
-    (Ipv4Addr::new(100, 64, 0, 0), 10, "shared (carrier-grade NAT)"),
+    (
+        Ipv4Addr::new(100, 64, 0, 0),
+        10,
+        "shared (carrier-grade NAT)",
+    ),
     (Ipv4Addr::new(127, 0, 0, 0), 8, "loopback"),
     (Ipv4Addr::new(169, 254, 0, 0), 16, "link-local"),
     (Ipv4Addr::new(172, 16, 0, 0), 12, "private"),
@@ -30,12 +34,32 @@ const V6: [(Ipv6Addr, u8, &str); 12] = [
     (Ipv6Addr::UNSPECIFIED, 128, "unspecified"),
     (Ipv6Addr::LOCALHOST, 128, "loopback"),
     (Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96, "NAT64"),
-    (Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48, "local-use NAT64"),
-    (Ipv6Addr::new(0x100, 0, 0, 0, 0, 0, 0, 0), 64, "discard-only"),
-    (Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 23, "IETF protocol assignments"),
-    (Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0), 32, "documentation"),
+    (
+        Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0),
+        48,
+        "local-use NAT64",
+    ),
+    (
+        Ipv6Addr::new(0x100, 0, 0, 0, 0, 0, 0, 0),
+        64,
+        "discard-only",
+    ),
+    (
+        Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0),
+        23,
+        "IETF protocol assignments",
+    ),
+    (
+        Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0),
+        32,
+        "documentation",
+    ),
     (Ipv6Addr::new(0x2002, 0, 0, 0, 0, 0, 0, 0), 16, "6to4"),
-    (Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0), 7, "unique local"),
+    (
+        Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0),
+        7,
+        "unique local",
+    ),
     (Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10, "link-local"),
     (Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0), 10, "site-local"),
     (Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0), 8, "multicast"),
@@ -164,7 +188,12 @@ mod tests {
 
     #[test]
     fn public_ipv6_addresses_are_allowed() {
-        for ip in ["2606:4700::1111", "2a00:1450::1", "2001:200::1", "100:0:0:1::1"] {
+        for ip in [
+            "2606:4700::1111",
+            "2a00:1450::1",
+            "2001:200::1",
+            "100:0:0:1::1",
+        ] {
             assert!(!is_forbidden(ip), "{ip}");
         }
     }
@@ -182,7 +211,10 @@ mod tests {
 
     #[test]
     fn the_reason_names_the_range() {
-        assert_eq!(forbidden("169.254.169.254".parse().unwrap()), Some("link-local"));
+        assert_eq!(
+            forbidden("169.254.169.254".parse().unwrap()),
+            Some("link-local")
+        );
         assert_eq!(forbidden("::1".parse().unwrap()), Some("loopback"));
     }
 }

@@ -61,9 +61,10 @@ impl StaticResolver {
 
 impl Resolve for StaticResolver {
     fn resolve(&self, name: &str) -> io::Result<Vec<IpAddr>> {
-        self.names.get(name).cloned().ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, format!("{name} is not known"))
-        })
+        self.names
+            .get(name)
+            .cloned()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{name} is not known")))
     }
 }
 
@@ -214,7 +215,12 @@ mod tests {
     #[test]
     fn a_trusted_name_may_be_private_but_a_literal_never_is() {
         let resolver = StaticResolver::new().with("db.test", &[ip("10.1.1.1")]);
-        let vetted = vet(&resolver, &policy("\"db.test\""), &Host::Name("db.test".into())).unwrap();
+        let vetted = vet(
+            &resolver,
+            &policy("\"db.test\""),
+            &Host::Name("db.test".into()),
+        )
+        .unwrap();
         assert!(vetted.trusted);
         let literal = vet(&resolver, &policy("\"db.test\""), &Host::Ip(ip("10.1.1.1")));
         assert_eq!(literal.unwrap_err().kind, ErrorKind::ForbiddenDestination);
@@ -222,7 +228,11 @@ mod tests {
 
     #[test]
     fn an_unknown_name_is_a_connection_error() {
-        let error = vet(&StaticResolver::new(), &policy(""), &Host::Name("nx.test".into()));
+        let error = vet(
+            &StaticResolver::new(),
+            &policy(""),
+            &Host::Name("nx.test".into()),
+        );
         assert_eq!(error.unwrap_err().kind, ErrorKind::Connection);
     }
 
@@ -230,7 +240,9 @@ mod tests {
     fn the_connector_table_answers_only_vetted_names() {
         let mut table = VettedAddrs::default();
         table.record("a.test", &[ip("1.2.3.4")]);
-        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let found: Vec<_> = runtime
             .block_on(table.call("a.test".parse::<Name>().unwrap()))
             .unwrap()

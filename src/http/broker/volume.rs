@@ -88,7 +88,8 @@ impl VolumeDirs {
 
     /// The root folder and the path inside it of the guest path `guest` (`/volume/…`).
     fn locate<'a>(&self, field: &str, guest: &'a str) -> Result<(Dir, &'a str), HttpError> {
-        let bad = |why: String| HttpError::new(ErrorKind::BadPath, format!("{field} `{guest}` {why}"));
+        let bad =
+            |why: String| HttpError::new(ErrorKind::BadPath, format!("{field} `{guest}` {why}"));
         let below = guest
             .strip_prefix("/volume/")
             .ok_or_else(|| bad("must be under /volume/".into()))?;
@@ -98,13 +99,19 @@ impl VolumeDirs {
             "data" => self.data.as_ref(),
             _ => return Err(bad("must be under /volume/tmp/ or /volume/data/".into())),
         };
-        let root = root.ok_or_else(|| bad(format!("is on /volume/{mount}, which this call does not mount")))?;
+        let root = root.ok_or_else(|| {
+            bad(format!(
+                "is on /volume/{mount}, which this call does not mount"
+            ))
+        })?;
         if rest.is_empty() {
             return Err(bad("names a folder, not a file".into()));
         }
-        let dir = root
-            .open()
-            .map_err(|error| bad(format!("cannot be reached: /volume/{mount} is unavailable ({error})")))?;
+        let dir = root.open().map_err(|error| {
+            bad(format!(
+                "cannot be reached: /volume/{mount} is unavailable ({error})"
+            ))
+        })?;
         Ok((dir, rest))
     }
 
@@ -126,7 +133,10 @@ impl VolumeDirs {
         let fail = |error: io::Error| {
             HttpError::new(
                 ErrorKind::BadPath,
-                format!("output.path `{guest}` cannot be written: {}", describe(&error)),
+                format!(
+                    "output.path `{guest}` cannot be written: {}",
+                    describe(&error)
+                ),
             )
         };
         if let Some((parent, _)) = rest.rsplit_once('/') {
@@ -162,7 +172,9 @@ impl OutputFile {
 fn describe(error: &io::Error) -> String {
     match error.kind() {
         io::ErrorKind::NotFound => "no such file or folder".to_string(),
-        io::ErrorKind::PermissionDenied => "it leads outside the volume or is not permitted".to_string(),
+        io::ErrorKind::PermissionDenied => {
+            "it leads outside the volume or is not permitted".to_string()
+        }
         _ => error.to_string(),
     }
 }
@@ -202,8 +214,17 @@ mod tests {
     #[test]
     fn paths_outside_the_mounts_are_bad_paths() {
         let (_host, dirs) = dirs();
-        for path in ["/volume/data/x", "/volume/other/x", "/volume/tmp", "/etc/passwd"] {
-            assert_eq!(dirs.read(path).unwrap_err().kind, ErrorKind::BadPath, "{path}");
+        for path in [
+            "/volume/data/x",
+            "/volume/other/x",
+            "/volume/tmp",
+            "/etc/passwd",
+        ] {
+            assert_eq!(
+                dirs.read(path).unwrap_err().kind,
+                ErrorKind::BadPath,
+                "{path}"
+            );
         }
         assert_eq!(
             dirs.read("/volume/tmp/missing").unwrap_err().kind,
