@@ -13,7 +13,7 @@ use hyper::StatusCode;
 
 use super::body;
 use super::client::Lane;
-use super::resolve::{self, Resolve};
+use super::resolve::{self, DnsCache, Resolve};
 use super::volume::OutputFile;
 use crate::http::answer::{Answer, ErrorKind, HttpError};
 use crate::http::credential::InjectedHeader;
@@ -25,13 +25,14 @@ use crate::sandbox::WriteBudget;
 /// The most redirects one request follows.
 pub const MAX_REDIRECTS: usize = 10;
 
-/// What every exchange shares: the two pools and the resolver.
+/// What every exchange shares: the two pools, the resolver and its recent answers.
 pub struct Pools {
     /// Names that must resolve to public addresses only.
     pub public: Lane,
     /// Names the policy trusts to resolve to forbidden ranges.
     pub trusted: Lane,
     pub resolver: Arc<dyn Resolve>,
+    pub cache: DnsCache,
 }
 
 /// Where the final body goes.
@@ -156,24 +157,35 @@ async fn exchange(pools: &Pools, job: Job) -> Result<Answer, HttpError> {
     }
 }
 
-/// Vets `host` off the runtime's workers and records its addresses for the connector of the
-/// lane it belongs to.
+/// Vets `host` (looking a name up off the runtime's workers unless the cache has it) and
+/// records its addresses for the connector of the lane it belongs to.
 async fn vet<'a>(
     pools: &'a Pools,
-    policy: &Arc<PackagePolicy>,
+    policy: &PackagePolicy,
     host: &Host,
 ) -> Result<&'a Lane, HttpError> {
-    let resolver = Arc::clone(&pools.resolver);
-    let policy = Arc::clone(policy);
-    let target = host.clone();
-    let vetted = tokio::task::spawn_blocking(move || resolve::vet(&*resolver, &policy, &target))
-        .await
-        .map_err(|error| {
-            HttpError::new(
-                ErrorKind::Connection,
-                format!("resolving {host} failed: {error}"),
-            )
-        })??;
+    let addrs = match host {
+        Host::Ip(ip) => vec![*ip],
+        Host::Name(name) => match pools.cache.get(name) {
+            Some(addrs) => addrs,
+            None => {
+                let resolver = Arc::clone(&pools.resolver);
+                let target = name.clone();
+                let addrs =
+                    tokio::task::spawn_blocking(move || resolve::lookup(&*resolver, &target))
+                        .await
+                        .map_err(|error| {
+                            HttpError::new(
+                                ErrorKind::Connection,
+                                format!("resolving {host} failed: {error}"),
+                            )
+                        })??;
+                pools.cache.put(name, &addrs);
+                addrs
+            }
+        },
+    };
+    let vetted = resolve::judge(policy, host, addrs)?;
     let lane = if vetted.trusted {
         &pools.trusted
     } else {

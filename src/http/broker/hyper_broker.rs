@@ -14,7 +14,7 @@ use rustls::RootCertStore;
 
 use super::client::{self, BrokerError};
 use super::exchange::{self, Job, Pools, Sink};
-use super::resolve::{Resolve, SystemResolver};
+use super::resolve::{DnsCache, Resolve, SystemResolver};
 use super::{Broker, SendContext};
 use crate::http::answer::{Answer, ErrorKind, HttpError};
 use crate::http::credential::InjectedHeader;
@@ -23,6 +23,10 @@ use crate::http::request::{Body, Output, Request};
 
 /// How often a waiting guest thread looks at its call's cancellation flag.
 const CANCEL_POLL: Duration = Duration::from_millis(20);
+
+/// How long a resolver's answer is reused. Short, since the system resolver reports no TTL;
+/// every use is vetted again, so reuse never widens what a request may reach.
+const DNS_CACHE: Duration = Duration::from_secs(10);
 
 /// Worker threads of the broker's runtime: requests are I/O bound and a host runs few calls
 /// at once per core.
@@ -68,6 +72,7 @@ impl HyperBroker {
                 public: client::lane(tls.clone()),
                 trusted: client::lane(tls),
                 resolver,
+                cache: DnsCache::new(DNS_CACHE),
             }
         };
         Ok(HyperBroker {

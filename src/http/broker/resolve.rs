@@ -1,8 +1,9 @@
 //! Where a request may connect: the [`Resolve`] hook that turns a name into addresses (the
 //! system resolver by default, a fixed map in tests), the vetting of every address against the
 //! forbidden ranges, and [`VettedAddrs`], the table the connector reads so that it connects
-//! only to the addresses vetted for the request — DNS is asked once per hop, by the broker,
-//! never again by the connector, so a rebinding answer cannot slip past the check.
+//! only to the addresses vetted for the request — DNS is asked at most once per hop (a
+//! [`DnsCache`] may reuse a recent answer), by the broker, never again by the connector, so a
+//! rebinding answer cannot slip past the check.
 //!
 //! It does not decide which names are allowed (the allowlist does) nor connect.
 
@@ -13,6 +14,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use hyper_util::client::legacy::connect::dns::Name;
 
@@ -76,31 +78,29 @@ pub struct Vetted {
     pub trusted: bool,
 }
 
-/// Resolves `host` (a name, once) or takes its literal address, and vets every address.
-/// Any forbidden address makes the whole destination forbidden, unless the name is in the
-/// policy's `trust_private`, which is logged. Blocking.
-pub fn vet(
-    resolver: &dyn Resolve,
-    policy: &PackagePolicy,
-    host: &Host,
-) -> Result<Vetted, HttpError> {
-    let (name, addrs) = match host {
-        Host::Ip(ip) => (None, vec![*ip]),
-        Host::Name(name) => {
-            let addrs = resolver.resolve(name).map_err(|error| {
-                HttpError::new(
-                    ErrorKind::Connection,
-                    format!("{name} could not be resolved: {error}"),
-                )
-            })?;
-            if addrs.is_empty() {
-                return Err(HttpError::new(
-                    ErrorKind::Connection,
-                    format!("{name} resolved to no address"),
-                ));
-            }
-            (Some(name.as_str()), addrs)
-        }
+/// The addresses of `name`, a `connection` error when it has none. Blocking.
+pub fn lookup(resolver: &dyn Resolve, name: &str) -> Result<Vec<IpAddr>, HttpError> {
+    let addrs = resolver.resolve(name).map_err(|error| {
+        HttpError::new(
+            ErrorKind::Connection,
+            format!("{name} could not be resolved: {error}"),
+        )
+    })?;
+    if addrs.is_empty() {
+        return Err(HttpError::new(
+            ErrorKind::Connection,
+            format!("{name} resolved to no address"),
+        ));
+    }
+    Ok(addrs)
+}
+
+/// Vets `addrs`, where `host` resolved to (or its literal address), against the ranges and
+/// the policy's `trust_private`.
+pub fn judge(policy: &PackagePolicy, host: &Host, addrs: Vec<IpAddr>) -> Result<Vetted, HttpError> {
+    let name = match host {
+        Host::Name(name) => Some(name.as_str()),
+        Host::Ip(_) => None,
     };
     let trusted = name.is_some_and(|name| policy.trust_private.iter().any(|t| t == name));
     for ip in &addrs {
@@ -125,6 +125,50 @@ pub fn vet(
         }
     }
     Ok(Vetted { addrs, trusted })
+}
+
+/// The resolver's answers, kept for a short while so that a busy destination is not looked
+/// up on every request. Only raw answers are kept: every request still vets them against its
+/// own policy, and connects only to what it vetted. Failures are not kept.
+#[derive(Debug)]
+pub struct DnsCache {
+    ttl: Duration,
+    entries: Mutex<HashMap<String, (Instant, Vec<IpAddr>)>>,
+}
+
+/// The most names a [`DnsCache`] holds before it starts over.
+const CACHE_NAMES: usize = 4096;
+
+impl DnsCache {
+    /// A cache keeping answers for `ttl`.
+    pub fn new(ttl: Duration) -> DnsCache {
+        DnsCache {
+            ttl,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The answer for `name`, while it is fresh.
+    pub fn get(&self, name: &str) -> Option<Vec<IpAddr>> {
+        let entries = self.lock();
+        let (at, addrs) = entries.get(name)?;
+        (at.elapsed() < self.ttl).then(|| addrs.clone())
+    }
+
+    /// Keeps `addrs` as the answer for `name`.
+    pub fn put(&self, name: &str, addrs: &[IpAddr]) {
+        let mut entries = self.lock();
+        if entries.len() >= CACHE_NAMES {
+            entries.clear();
+        }
+        entries.insert(name.to_string(), (Instant::now(), addrs.to_vec()));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Vec<IpAddr>)>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
 }
 
 /// The addresses vetted most recently for each name, read by the connector in place of DNS.
@@ -192,6 +236,19 @@ mod tests {
             .unwrap()
     }
 
+    /// What the broker does for one hop, minus the cache: look up once, then judge.
+    fn vet(
+        resolver: &dyn Resolve,
+        policy: &PackagePolicy,
+        host: &Host,
+    ) -> Result<Vetted, HttpError> {
+        let addrs = match host {
+            Host::Ip(ip) => vec![*ip],
+            Host::Name(name) => lookup(resolver, name)?,
+        };
+        judge(policy, host, addrs)
+    }
+
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()
     }
@@ -234,6 +291,17 @@ mod tests {
             &Host::Name("nx.test".into()),
         );
         assert_eq!(error.unwrap_err().kind, ErrorKind::Connection);
+    }
+
+    #[test]
+    fn the_cache_answers_fresh_entries_only() {
+        let cache = DnsCache::new(Duration::from_secs(60));
+        assert_eq!(cache.get("a.test"), None);
+        cache.put("a.test", &[ip("1.2.3.4")]);
+        assert_eq!(cache.get("a.test"), Some(vec![ip("1.2.3.4")]));
+        let stale = DnsCache::new(Duration::ZERO);
+        stale.put("a.test", &[ip("1.2.3.4")]);
+        assert_eq!(stale.get("a.test"), None);
     }
 
     #[test]
