@@ -1,11 +1,12 @@
 //! [`HyperBroker`], the broker that really sends: a small multi-thread tokio runtime it owns,
 //! two pooled hyper clients (public names, trusted private names) shared by every call, and
-//! the guest's thread blocked on the answer while the exchange runs there. It owns the
+//! the guest's thread blocked until the answer is in, driving the exchange itself with the
+//! runtime's `block_on` (the runtime's workers drive the pooled connections). It owns the
 //! hand-off between the guest's thread and the runtime: volume files prepared before anything
 //! is sent, the whole exchange bounded by `request.timeout`, the call's `Cancel` honoured,
 //! and a failed `file` output removed. The exchange itself lives in `exchange`.
 
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +21,8 @@ use crate::http::answer::{Answer, ErrorKind, HttpError};
 use crate::http::credential::InjectedHeader;
 use crate::http::policy::TlsPolicy;
 use crate::http::request::{Body, Output, Request};
+use crate::http::url::Url;
+use crate::sandbox::Cancel;
 
 /// How often a waiting guest thread looks at its call's cancellation flag.
 const CANCEL_POLL: Duration = Duration::from_millis(20);
@@ -131,56 +134,70 @@ impl Broker for HyperBroker {
         let timeout = request.timeout;
         let authority = request.url.authority();
         let pools = Arc::clone(&self.pools);
-        let (answer_tx, answer_rx) = mpsc::sync_channel(1);
-        let task = runtime.spawn(async move {
+        let bounded = async move {
             let exchange = exchange::run(pools, job);
-            let answer = match timeout {
+            match timeout {
                 None => exchange.await,
                 Some(limit) => tokio::time::timeout(limit, exchange)
                     .await
                     .unwrap_or_else(|_| timed_out(&authority, limit).into()),
-            };
-            // The guest's thread may have stopped waiting (cancelled); nothing is lost.
-            let _ = answer_tx.send(answer);
-        });
-        let answer = loop {
-            let waited = match &ctx.cancel {
-                None => answer_rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                Some(_) => answer_rx.recv_timeout(CANCEL_POLL),
-            };
-            match waited {
-                Ok(answer) => break answer,
-                Err(RecvTimeoutError::Timeout) => {
-                    if ctx
-                        .cancel
-                        .as_ref()
-                        .is_some_and(|cancel| cancel.is_cancelled())
-                    {
-                        task.abort();
-                        break HttpError::new(
-                            ErrorKind::Timeout,
-                            format!(
-                                "the call was stopped while the request to {} was running",
-                                request.url.authority()
-                            ),
-                        )
-                        .into();
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    break HttpError::new(
-                        ErrorKind::Connection,
-                        format!(
-                            "the request to {} ended without an answer",
-                            request.url.authority()
-                        ),
-                    )
-                    .into()
-                }
             }
+        };
+        let answer = if tokio::runtime::Handle::try_current().is_err() {
+            // The usual case, a guest's own thread: the exchange runs right here, driven by
+            // the broker's runtime, with no hand-off to another thread.
+            runtime.block_on(until_cancelled(bounded, ctx.cancel.clone(), &request.url))
+        } else {
+            // A thread inside some runtime may not block on another: run the exchange on a
+            // worker and wait for its answer.
+            let (answer_tx, answer_rx) = mpsc::sync_channel(1);
+            let cancel = ctx.cancel.clone();
+            let url = request.url.clone();
+            runtime.spawn(async move {
+                // The waiting thread may be gone; nothing is lost.
+                let _ = answer_tx.send(until_cancelled(bounded, cancel, &url).await);
+            });
+            answer_rx.recv().unwrap_or_else(|_| {
+                HttpError::new(
+                    ErrorKind::Connection,
+                    format!(
+                        "the request to {} ended without an answer",
+                        request.url.authority()
+                    ),
+                )
+                .into()
+            })
         };
         exchange::discard_on_error(&answer, output);
         answer
+    }
+}
+
+/// `exchange`, or a `timeout` answer as soon as `cancel` is seen set.
+async fn until_cancelled(
+    exchange: impl std::future::Future<Output = Answer>,
+    cancel: Option<Arc<Cancel>>,
+    url: &Url,
+) -> Answer {
+    let Some(cancel) = cancel else {
+        return exchange.await;
+    };
+    let watch = async {
+        let mut tick = tokio::time::interval(CANCEL_POLL);
+        while !cancel.is_cancelled() {
+            tick.tick().await;
+        }
+    };
+    tokio::select! {
+        answer = exchange => answer,
+        () = watch => HttpError::new(
+            ErrorKind::Timeout,
+            format!(
+                "the call was stopped while the request to {} was running",
+                url.authority()
+            ),
+        )
+        .into(),
     }
 }
 
@@ -264,6 +281,26 @@ mod tests {
         };
         assert_eq!(error.kind, ErrorKind::Connection);
         assert!(error.message.contains("a.test"), "{}", error.message);
+    }
+
+    #[test]
+    fn a_thread_inside_another_runtime_gets_its_answer_too() {
+        let outer = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let broker = Arc::new(broker());
+        let answer = outer
+            .block_on(async move {
+                tokio::task::spawn_blocking(move || {
+                    broker.send(&request(r#"{"url":"https://a.test/"}"#), &[], &context())
+                })
+                .await
+            })
+            .unwrap();
+        let Answer::Error(error) = answer else {
+            panic!("expected an error, got {answer:?}")
+        };
+        assert_eq!(error.kind, ErrorKind::Connection);
     }
 
     #[test]
