@@ -258,7 +258,9 @@ fn volume_data_and_skill_flags_mount_folders() {
 fn allow_host_and_policy_flags_reach_the_broker() {
     let store = tempfile::tempdir().unwrap();
     let fixture = support::fixture_package("fixture", None);
-    let request = r#"{"request":{"url":"https://api.example.com/"}}"#;
+    // 127.0.0.1 is a forbidden destination: an allowed request reaches the broker, which
+    // refuses it without connecting anywhere.
+    let request = r#"{"request":{"url":"https://127.0.0.1:9/"}}"#;
     let denied = hako(
         store.path(),
         &["call", path(fixture.path()), "http", request, "--json"],
@@ -273,17 +275,17 @@ fn allow_host_and_policy_flags_reach_the_broker() {
             "http",
             request,
             "--allow-host",
-            "api.example.com",
+            "127.0.0.1:9",
             "--json",
         ],
     );
-    assert!(String::from_utf8_lossy(&allowed.stdout).contains("connection"));
+    assert!(String::from_utf8_lossy(&allowed.stdout).contains("forbidden_destination"));
 
     let policy_dir = tempfile::tempdir().unwrap();
     let policy = policy_dir.path().join("policy.toml");
     std::fs::write(
         &policy,
-        "[packages.fixture]\nallow_hosts = [\"*.example.com\"]\n",
+        "[packages.fixture]\nallow_hosts = [\"127.0.0.1:9\"]\n",
     )
     .unwrap();
     let by_policy = hako(
@@ -298,7 +300,7 @@ fn allow_host_and_policy_flags_reach_the_broker() {
             "--json",
         ],
     );
-    assert!(String::from_utf8_lossy(&by_policy.stdout).contains("connection"));
+    assert!(String::from_utf8_lossy(&by_policy.stdout).contains("forbidden_destination"));
 
     std::fs::write(&policy, "[packages.fixture]\nallow_hostz = []\n").unwrap();
     let typo = hako(

@@ -1,6 +1,7 @@
 //! The `subako_http` imports as a guest uses them: the misuse codes, the held answer, request
-//! validation and the allowlist. Until the broker lands, an allowed request answers
-//! `connection` saying no broker is configured.
+//! validation and the allowlist. These calls use `NoBroker` (the support's default), so an
+//! allowed request answers `connection` saying no broker is configured; `tests/broker*.rs`
+//! cover the real broker.
 
 mod support;
 

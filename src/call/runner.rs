@@ -16,7 +16,7 @@ use hako_engine_api::{Host, Import, Module, RunExit, RunLimits, Stop};
 use super::deadline::{CallTimer, DeadlineKind};
 use super::outcome::{Crash, CrashKind};
 use super::session::{Conversation, Session};
-use crate::http::{Broker, HttpImports, PackagePolicy};
+use crate::http::{Broker, HttpImports, PackagePolicy, VolumeDirs, VolumeRoot};
 use crate::sandbox::{Cancel, Preopen, PreopenDir, SandboxConfig, Wasi, WriteBudget};
 
 /// The limits of one call.
@@ -168,35 +168,34 @@ fn fresh_volume_path() -> PathBuf {
     std::env::temp_dir().join(format!("hako-volume-{}", hex::encode(bytes)))
 }
 
-/// Makes a folder only this user can enter, failing if the path exists.
-fn create_private_dir(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().mode(0o700).create(path)
-}
-
-/// The preopens of a call, in the ABI's order, and the `/volume/tmp` folder behind them.
-/// What a call's mounts leave on the host: the preopens, `/volume/tmp`'s folder, and the
-/// `/skills` folder made for the call.
-type Prepared = (Vec<Preopen>, Option<VolumeDir>, Option<tempfile::TempDir>);
+/// What a call's mounts leave on the host: the preopens in the ABI's order, `/volume/tmp`'s
+/// folder, the volume folders as the HTTP broker reaches them (sharing a fresh folder's
+/// creation), and the `/skills` folder made for the call.
+type Prepared = (
+    Vec<Preopen>,
+    Option<VolumeDir>,
+    VolumeDirs,
+    Option<tempfile::TempDir>,
+);
 
 fn preopens(mounts: &Mounts) -> Result<Prepared, RunError> {
     let mut preopens = Vec::with_capacity(3 + mounts.skills.len());
+    let mut volume_dirs = VolumeDirs::none();
     let volume = match &mounts.volume_tmp {
         VolumeTmp::None => None,
         VolumeTmp::Fresh => {
             let path = fresh_volume_path();
-            let for_open = path.clone();
+            let root = VolumeRoot::fresh(path.clone());
+            volume_dirs.tmp = Some(root.clone());
             preopens.push(Preopen {
                 guest_path: "/volume/tmp".into(),
-                dir: PreopenDir::Lazy(Box::new(move || {
-                    create_private_dir(&for_open)?;
-                    Dir::open_ambient_dir(&for_open, ambient_authority())
-                })),
+                dir: PreopenDir::Lazy(Box::new(move || root.open())),
                 read_only: false,
             });
             Some(VolumeDir { path, remove: true })
         }
         VolumeTmp::Given(path) => {
+            volume_dirs.tmp = Some(VolumeRoot::existing(path.clone()));
             preopens.push(Preopen {
                 guest_path: "/volume/tmp".into(),
                 dir: lazy_dir(path.clone(), true),
@@ -209,6 +208,7 @@ fn preopens(mounts: &Mounts) -> Result<Prepared, RunError> {
         }
     };
     if let Some(data) = &mounts.data {
+        volume_dirs.data = Some(VolumeRoot::existing(data.clone()));
         preopens.push(Preopen {
             guest_path: "/volume/data".into(),
             dir: lazy_dir(data.clone(), true),
@@ -239,7 +239,7 @@ fn preopens(mounts: &Mounts) -> Result<Prepared, RunError> {
             });
         }
     }
-    Ok((preopens, volume, skills))
+    Ok((preopens, volume, volume_dirs, skills))
 }
 
 /// `/skills` itself: a read-only folder that lists each skill's name as an empty folder (the
@@ -272,7 +272,7 @@ pub fn run<C: Conversation + 'static>(
     let cancel = Arc::new(Cancel::new());
     let timer = Arc::new(CallTimer::start(deadline, Arc::clone(&cancel)));
     let budget = Arc::new(WriteBudget::new(limits.write_budget));
-    let (preopens, volume_tmp, skills_folder) = preopens(mounts)?;
+    let (preopens, volume_tmp, volume_dirs, skills_folder) = preopens(mounts)?;
     let session = Session::new(conversation, Arc::clone(&timer));
     let wasi = Wasi::new(
         SandboxConfig {
@@ -280,7 +280,7 @@ pub fn run<C: Conversation + 'static>(
             env: Vec::new(),
             preopens,
             budget: Arc::clone(&budget),
-            cancel,
+            cancel: Arc::clone(&cancel),
             deadline: Some(deadline),
         },
         session,
@@ -290,7 +290,9 @@ pub fn run<C: Conversation + 'static>(
         Arc::clone(&network.broker),
         budget,
         Some(deadline),
-    );
+    )
+    .with_volume(volume_dirs)
+    .with_cancel(cancel);
     let host = Box::new(CallHost { wasi, http });
     let result = module.run(
         host,
@@ -410,7 +412,7 @@ mod tests {
 
     #[test]
     fn a_fresh_volume_is_made_on_first_use_private_and_removed_with_its_call() {
-        let (mut preopens, volume, _) = preopens(&mounts(VolumeTmp::Fresh)).unwrap();
+        let (mut preopens, volume, _, _) = preopens(&mounts(VolumeTmp::Fresh)).unwrap();
         let volume = volume.unwrap();
         assert!(volume.open().is_none(), "made before use");
         let PreopenDir::Lazy(open) = preopens.remove(0).dir else {
@@ -431,7 +433,7 @@ mod tests {
     fn a_given_volume_is_kept_after_the_call() {
         let folder = tempfile::tempdir().unwrap();
         let given = folder.path().join("vol");
-        let (_, volume, _) = preopens(&mounts(VolumeTmp::Given(given.clone()))).unwrap();
+        let (_, volume, _, _) = preopens(&mounts(VolumeTmp::Given(given.clone()))).unwrap();
         std::fs::create_dir(&given).unwrap();
         drop(volume);
         assert!(given.exists());
@@ -439,7 +441,7 @@ mod tests {
 
     #[test]
     fn discovery_mounts_no_volume() {
-        let (preopens, volume, skills) = preopens(&mounts(VolumeTmp::None)).unwrap();
+        let (preopens, volume, _, skills) = preopens(&mounts(VolumeTmp::None)).unwrap();
         assert!(preopens.is_empty() && volume.is_none() && skills.is_none());
     }
 }

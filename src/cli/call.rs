@@ -13,7 +13,7 @@ use clap::Args;
 use super::{note, Failure, Target};
 use crate::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
 use crate::engines::{self, Compiler};
-use crate::http::{NoBroker, Policy};
+use crate::http::{HyperBroker, Policy};
 use crate::protocol::ShownBlock;
 use crate::store::{ModuleSpec, Source};
 
@@ -176,6 +176,7 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
     let package_policy = policy
         .for_package(&name, &args.allow_hosts)
         .map_err(|err| Failure::Usage(err.to_string()))?;
+    let broker = HyperBroker::new(&policy.tls).map_err(|err| Failure::Usage(err.to_string()))?;
 
     let loaded = store
         .load_module(
@@ -208,7 +209,7 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
         },
         network: Network {
             policy: Arc::new(package_policy),
-            broker: Arc::new(NoBroker),
+            broker: Arc::new(broker),
         },
     };
     let stats = CallStats {

@@ -4,8 +4,8 @@
 //! (allowlist, guest-set credential headers, credential secrets), then the [`Broker`]. Guests
 //! reach the network only through here.
 //!
-//! This module does not send requests itself: a [`Broker`] does. The only broker so far is
-//! [`NoBroker`], which answers `connection` without contacting anyone.
+//! This module does not send requests itself: a [`Broker`] does — [`HyperBroker`] for real,
+//! or [`NoBroker`], which answers `connection` without contacting anyone (discovery).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -39,15 +39,18 @@ use std::time::Instant;
 
 use hako_engine_api::Import;
 
-use crate::sandbox::WriteBudget;
+use crate::sandbox::{Cancel, WriteBudget};
 
 pub use allowlist::{Allowlist, HostPattern};
 pub use answer::{Answer, ErrorKind, HttpError};
-pub use broker::{Broker, NoBroker, SendContext};
+pub use broker::{
+    forbidden_range, Broker, BrokerError, HyperBroker, NoBroker, Resolve, SendContext,
+    StaticResolver, SystemResolver, VolumeDirs, VolumeRoot, MAX_INLINE_BYTES, MAX_REDIRECTS,
+};
 pub use credential::{Credential, InjectedHeader, Secret, SecretSource};
 pub use policy::{PackagePolicy, Policy, PolicyError, TlsPolicy, CREDENTIAL_HEADERS};
 pub use request::{Body, Method, Output, Request, MAX_REQUEST_BYTES};
-pub use url::{Host, Url};
+pub use url::{Host, JoinError, Url};
 
 /// `-1`: a range outside the guest's memory.
 pub const OUT_OF_RANGE: i32 = -1;
@@ -77,10 +80,24 @@ impl HttpImports {
                 policy,
                 budget,
                 deadline,
+                volume: VolumeDirs::none(),
+                cancel: None,
             },
             broker,
             held: None,
         }
+    }
+
+    /// The imports with `volume` as the folders of `file` bodies and outputs (none by default).
+    pub fn with_volume(mut self, volume: VolumeDirs) -> Self {
+        self.ctx.volume = volume;
+        self
+    }
+
+    /// The imports with the call's cancellation flag, so a stopped call stops waiting.
+    pub fn with_cancel(mut self, cancel: Arc<Cancel>) -> Self {
+        self.ctx.cancel = Some(cancel);
+        self
     }
 
     /// `subako_http.request(ptr, len)`: reads the request at `ptr`, answers it, holds the
@@ -90,19 +107,7 @@ impl HttpImports {
         let Some(bytes) = range(memory, ptr, len) else {
             return OUT_OF_RANGE;
         };
-        let mut answer = self.answer(bytes).to_json();
-        let length = match i32::try_from(answer.len()) {
-            Ok(length) => length,
-            Err(_) => {
-                answer = Answer::Error(HttpError::new(
-                    ErrorKind::Abi,
-                    "the answer is too large to hand to a 32-bit guest",
-                ))
-                .to_json();
-                // A fixed, short message always fits in an i32.
-                answer.len() as i32
-            }
-        };
+        let (answer, length) = fit(self.answer(bytes).to_json(), i32::MAX as usize);
         self.held = Some(answer);
         length
     }
@@ -215,6 +220,26 @@ impl std::fmt::Debug for HttpImports {
     }
 }
 
+/// The answer and its length when the length is at most `max`, else an `abi` error in its
+/// place: the guest could not be handed a longer one through an `i32`.
+fn fit(answer: Vec<u8>, max: usize) -> (Vec<u8>, i32) {
+    let answer = if answer.len() <= max {
+        answer
+    } else {
+        Answer::Error(HttpError::new(
+            ErrorKind::Abi,
+            format!(
+                "the answer is {} bytes, more than the {max} a 32-bit guest can be handed",
+                answer.len()
+            ),
+        ))
+        .to_json()
+    };
+    // Either at most `max` (≤ i32::MAX) bytes, or the short fixed-shape error above.
+    let length = i32::try_from(answer.len()).unwrap_or(i32::MAX);
+    (answer, length)
+}
+
 fn range(memory: &[u8], ptr: u32, len: u32) -> Option<&[u8]> {
     let start = usize::try_from(ptr).ok()?;
     let end = start.checked_add(usize::try_from(len).ok()?)?;
@@ -297,6 +322,20 @@ mod tests {
         assert!(!http.holds_answer());
         let mut memory = vec![0u8; 1024];
         assert_eq!(http.read_response(0, 10, &mut memory), NO_ANSWER);
+    }
+
+    #[test]
+    fn an_answer_longer_than_the_guest_can_take_becomes_an_abi_error() {
+        let (kept, length) = fit(b"{\"ok\":1}".to_vec(), 64);
+        assert_eq!((kept.as_slice(), length), (&b"{\"ok\":1}"[..], 8));
+        let (answer, length) = fit(vec![b'x'; 65], 64);
+        assert_eq!(length as usize, answer.len());
+        let answer: Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(error_kind(&answer), "abi");
+        assert!(answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("65 bytes"));
     }
 
     #[test]

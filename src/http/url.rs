@@ -94,6 +94,15 @@ impl fmt::Display for Host {
     }
 }
 
+/// Why a redirect's location gives no https URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinError {
+    /// An absolute location with another scheme than https, lower case.
+    Scheme(String),
+    /// Not a URL the parser accepts, with the reason.
+    Invalid(String),
+}
+
 /// A parsed `https` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Url {
@@ -140,6 +149,44 @@ impl Url {
             port,
             path_and_query,
         })
+    }
+
+    /// The URL a redirect's `location` leads to from this one: absolute (any scheme, so
+    /// that the caller can refuse a non-https hop by its scheme), scheme-relative
+    /// (`//host/path`), absolute-path (`/path`), query-only (`?q`) or path-relative.
+    /// Dot segments are passed on as written. The `Err` is the scheme of an absolute
+    /// location other than https, or the reason the location is not a URL.
+    pub fn join(&self, location: &str) -> Result<Url, JoinError> {
+        let location = location.trim();
+        let scheme = location
+            .split_once(':')
+            .map(|(scheme, _)| scheme)
+            .filter(|scheme| {
+                !scheme.is_empty()
+                    && scheme
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+            });
+        let absolute = match scheme {
+            Some(scheme) if !scheme.eq_ignore_ascii_case("https") => {
+                return Err(JoinError::Scheme(scheme.to_ascii_lowercase()))
+            }
+            Some(_) => location.to_string(),
+            None if location.starts_with("//") => format!("https:{location}"),
+            None if location.starts_with('/') => {
+                format!("https://{}{location}", self.authority())
+            }
+            None if location.starts_with('?') => {
+                let path = self.path_and_query.split('?').next().unwrap_or("/");
+                format!("https://{}{path}{location}", self.authority())
+            }
+            None => {
+                let path = self.path_and_query.split('?').next().unwrap_or("/");
+                let folder = &path[..path.rfind('/').map_or(0, |i| i + 1)];
+                format!("https://{}{folder}{location}", self.authority())
+            }
+        };
+        Url::parse(&absolute).map_err(JoinError::Invalid)
     }
 
     /// `host` or `host:port` when the port is not 443.
@@ -262,5 +309,29 @@ mod tests {
         ] {
             assert!(Url::parse(bad).is_err(), "{bad} was accepted");
         }
+    }
+
+    #[test]
+    fn redirect_locations_join_in_every_form() {
+        let base = Url::parse("https://a.example:8443/x/y?q=1").unwrap();
+        let join = |location: &str| base.join(location).unwrap().to_string();
+        assert_eq!(join("https://b.example/z"), "https://b.example/z");
+        assert_eq!(join("//b.example:9/z"), "https://b.example:9/z");
+        assert_eq!(join("/top"), "https://a.example:8443/top");
+        assert_eq!(join("?r=2"), "https://a.example:8443/x/y?r=2");
+        assert_eq!(join("next#frag"), "https://a.example:8443/x/next");
+    }
+
+    #[test]
+    fn a_redirect_to_another_scheme_names_it() {
+        let base = Url::parse("https://a.example/").unwrap();
+        assert_eq!(
+            base.join("http://a.example/"),
+            Err(JoinError::Scheme("http".into()))
+        );
+        assert!(matches!(
+            base.join("https://user@a.example/"),
+            Err(JoinError::Invalid(_))
+        ));
     }
 }

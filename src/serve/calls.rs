@@ -15,14 +15,15 @@ use super::metrics::Metrics;
 use super::pool::{GuestPool, Rejected};
 use crate::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
 use crate::engines::Compiler;
-use crate::http::{Broker, NoBroker, PackagePolicy, Policy, PolicyError};
+use crate::http::{Broker, BrokerError, HyperBroker, PackagePolicy, Policy, PolicyError};
 use crate::package::manifest::is_valid_name;
 use crate::store::{ModuleCache, ModuleSpec, Store, StoreError, StoredPackage};
 
-/// The broker every call of this server sends `subako_http` requests through: the one place
-/// where it is chosen.
-fn broker() -> Arc<dyn Broker> {
-    Arc::new(NoBroker)
+/// The broker every call of this server sends `subako_http` requests through, with the
+/// policy's extra CA files: the one place where it is chosen. One broker serves every call, so
+/// its connection pool is shared across them.
+pub fn broker(policy: &Policy) -> Result<Arc<dyn Broker>, BrokerError> {
+    Ok(Arc::new(HyperBroker::new(&policy.tls)?))
 }
 
 /// A package as the server serves it: the stored version, its module bytes and its policy.
@@ -79,6 +80,7 @@ impl Calls {
         compiler: Compiler,
         pool: GuestPool,
         cached_modules: usize,
+        broker: Arc<dyn Broker>,
     ) -> Self {
         Self {
             store,
@@ -87,7 +89,7 @@ impl Calls {
             served: Mutex::new(HashMap::new()),
             modules: ModuleCache::new(cached_modules),
             pool,
-            broker: broker(),
+            broker,
             metrics: Metrics::default(),
         }
     }

@@ -108,6 +108,8 @@ pub enum ServeError {
     Store(#[from] StoreError),
     #[error("reading the policy: {0}")]
     Policy(#[from] PolicyError),
+    #[error("setting up the HTTP broker: {0}")]
+    Broker(#[from] crate::http::BrokerError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -132,12 +134,14 @@ fn calls(config: &ServeConfig) -> Result<Arc<Calls>, ServeError> {
         None => Policy::empty(),
     };
     let pool = GuestPool::new(config.workers, config.queue, GUEST_STACK_BYTES)?;
+    let broker = calls::broker(&policy)?;
     Ok(Arc::new(Calls::new(
         store,
         policy,
         config.compiler,
         pool,
         config.cached_modules,
+        broker,
     )))
 }
 

@@ -9,7 +9,7 @@ use hako::call::{
     self, CallOutcome, CallStats, CrashKind, Limits, Mounts, Network, ToolRequest, VolumeTmp,
 };
 use hako::engines::Compiler;
-use hako::http::{NoBroker, PackagePolicy, Policy};
+use hako::http::{Broker, NoBroker, PackagePolicy, Policy};
 use hako::protocol::{CallResult, ShownBlock};
 use hako::store::{ModuleSpec, Store};
 use hako_engine_api::Module;
@@ -61,6 +61,7 @@ pub struct Call {
     pub limits: Limits,
     pub mounts: Mounts,
     pub policy: PackagePolicy,
+    pub broker: Arc<dyn Broker>,
     pub wasm: Option<Vec<u8>>,
 }
 
@@ -77,8 +78,21 @@ impl Call {
                 skills: Vec::new(),
             },
             policy: PackagePolicy::default(),
+            broker: Arc::new(NoBroker),
             wasm: None,
         }
+    }
+
+    /// Sends HTTP through `broker` (default: `NoBroker`).
+    pub fn broker(mut self, broker: Arc<dyn Broker>) -> Self {
+        self.broker = broker;
+        self
+    }
+
+    /// Runs under `policy`, the fixture's entry of a policy file.
+    pub fn policy(mut self, policy: PackagePolicy) -> Self {
+        self.policy = policy;
+        self
     }
 
     pub fn args(mut self, arguments: Value) -> Self {
@@ -126,7 +140,7 @@ impl Call {
                 mounts: self.mounts.clone(),
                 network: Network {
                     policy: Arc::new(self.policy.clone()),
-                    broker: Arc::new(NoBroker),
+                    broker: Arc::clone(&self.broker),
                 },
             },
             CallStats::default(),

@@ -166,6 +166,7 @@ fn write(path: &Path, bytes: &[u8]) {
     }
 }
 pub mod host;
+pub mod https;
 
 /// The committed example module's bytes.
 pub fn greet_wasm() -> Vec<u8> {
