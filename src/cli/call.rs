@@ -13,7 +13,7 @@ use clap::Args;
 use super::{note, Failure, Target};
 use crate::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
 use crate::engines::{self, Compiler};
-use crate::http::{HyperBroker, Policy};
+use crate::http::{LazyBroker, Policy};
 use crate::protocol::ShownBlock;
 use crate::store::{ModuleSpec, Source};
 
@@ -176,7 +176,7 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
     let package_policy = policy
         .for_package(&name, &args.allow_hosts)
         .map_err(|err| Failure::Usage(err.to_string()))?;
-    let broker = HyperBroker::new(&policy.tls).map_err(|err| Failure::Usage(err.to_string()))?;
+    let broker = LazyBroker::new(&policy.tls).map_err(|err| Failure::Usage(err.to_string()))?;
 
     let loaded = store
         .load_module(

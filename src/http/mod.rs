@@ -44,7 +44,7 @@ use crate::sandbox::{Cancel, WriteBudget};
 pub use allowlist::{Allowlist, HostPattern};
 pub use answer::{Answer, ErrorKind, HttpError};
 pub use broker::{
-    forbidden_range, Broker, BrokerError, HyperBroker, NoBroker, Resolve, SendContext,
+    forbidden_range, Broker, BrokerError, HyperBroker, LazyBroker, NoBroker, Resolve, SendContext,
     StaticResolver, SystemResolver, VolumeDirs, VolumeRoot, MAX_INLINE_BYTES, MAX_REDIRECTS,
 };
 pub use credential::{Credential, InjectedHeader, Secret, SecretSource};

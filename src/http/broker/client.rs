@@ -70,6 +70,14 @@ pub fn roots(extra_ca_files: &[PathBuf]) -> Result<RootCertStore, BrokerError> {
     Ok(roots)
 }
 
+/// Reads an extra CA file and checks that it holds at least one certificate.
+pub fn check_ca_file(path: &Path) -> Result<(), BrokerError> {
+    if read_pem(path)?.is_empty() {
+        return Err(BrokerError::EmptyCaFile(path.to_path_buf()));
+    }
+    Ok(())
+}
+
 fn read_pem(path: &Path) -> Result<Vec<CertificateDer<'static>>, BrokerError> {
     let fail = |reason: String| BrokerError::CaFile {
         path: path.to_path_buf(),
