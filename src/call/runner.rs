@@ -5,7 +5,7 @@
 //! It does not pick or load the module (that is `store`), nor render what the model is shown.
 
 use std::any::Any;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -96,30 +96,20 @@ pub struct Ran<C> {
     pub session: Session<C>,
     pub run_us: u64,
     pub memory_bytes: u64,
-    /// `/volume/tmp` on the host, while it exists (a fresh one is removed when this drops).
-    pub volume_tmp: Option<VolumeDir>,
-    pub volume_data: Option<PathBuf>,
+    /// The call's volume folders; a fresh `/volume/tmp` is removed when this drops.
+    pub volume: CallVolume,
     /// The `/skills` folder made for the call, removed when this drops.
     _skills: Option<tempfile::TempDir>,
 }
 
-/// A `/volume/tmp` folder on the host; a fresh one is removed on drop.
-pub struct VolumeDir {
-    path: PathBuf,
-    remove: bool,
-}
+/// The host folders behind `/volume/tmp` and `/volume/data` of one call — the same ones the
+/// sandbox and the broker use — removing a fresh `/volume/tmp` when dropped.
+pub struct CallVolume(VolumeDirs);
 
-impl VolumeDir {
-    /// The folder, opened, if it exists (a fresh one exists only once the guest used it).
-    pub fn open(&self) -> Option<Dir> {
-        Dir::open_ambient_dir(&self.path, ambient_authority()).ok()
-    }
-}
-
-impl Drop for VolumeDir {
+impl Drop for CallVolume {
     fn drop(&mut self) {
-        if self.remove {
-            let _ = std::fs::remove_dir_all(&self.path);
+        if let Some(tmp) = self.0.tmp.as_ref().filter(|tmp| tmp.is_fresh()) {
+            let _ = std::fs::remove_dir_all(tmp.path());
         }
     }
 }
@@ -145,13 +135,17 @@ impl<C: Conversation + 'static> Host for CallHost<C> {
     }
 }
 
-fn lazy_dir(path: PathBuf, create: bool) -> PreopenDir {
+/// A read-only folder opened on first use.
+fn lazy_dir(path: PathBuf) -> PreopenDir {
     PreopenDir::Lazy(Box::new(move || {
-        if create {
-            std::fs::create_dir_all(&path)?;
-        }
         Dir::open_ambient_dir(&path, ambient_authority())
     }))
+}
+
+/// A volume folder, opened (and made, if need be) on first use by the sandbox or the broker.
+fn lazy_volume(root: &VolumeRoot) -> PreopenDir {
+    let root = root.clone();
+    PreopenDir::Lazy(Box::new(move || root.open()))
 }
 
 /// Where a fresh `/volume/tmp` will be made: a random name in the system's temporary folder.
@@ -168,57 +162,32 @@ fn fresh_volume_path() -> PathBuf {
     std::env::temp_dir().join(format!("hako-volume-{}", hex::encode(bytes)))
 }
 
-/// What a call's mounts leave on the host: the preopens in the ABI's order, `/volume/tmp`'s
-/// folder, the volume folders as the HTTP broker reaches them (sharing a fresh folder's
-/// creation), and the `/skills` folder made for the call.
-type Prepared = (
-    Vec<Preopen>,
-    Option<VolumeDir>,
-    VolumeDirs,
-    Option<tempfile::TempDir>,
-);
+/// What a call's mounts leave on the host: the preopens in the ABI's order, the volume
+/// folders (shared by the sandbox and the broker), and the `/skills` folder made for the call.
+type Prepared = (Vec<Preopen>, CallVolume, Option<tempfile::TempDir>);
 
 fn preopens(mounts: &Mounts) -> Result<Prepared, RunError> {
     let mut preopens = Vec::with_capacity(3 + mounts.skills.len());
-    let mut volume_dirs = VolumeDirs::none();
-    let volume = match &mounts.volume_tmp {
+    let mut volume = VolumeDirs::none();
+    volume.tmp = match &mounts.volume_tmp {
         VolumeTmp::None => None,
-        VolumeTmp::Fresh => {
-            let path = fresh_volume_path();
-            let root = VolumeRoot::fresh(path.clone());
-            volume_dirs.tmp = Some(root.clone());
-            preopens.push(Preopen {
-                guest_path: "/volume/tmp".into(),
-                dir: PreopenDir::Lazy(Box::new(move || root.open())),
-                read_only: false,
-            });
-            Some(VolumeDir { path, remove: true })
-        }
-        VolumeTmp::Given(path) => {
-            volume_dirs.tmp = Some(VolumeRoot::existing(path.clone()));
-            preopens.push(Preopen {
-                guest_path: "/volume/tmp".into(),
-                dir: lazy_dir(path.clone(), true),
-                read_only: false,
-            });
-            Some(VolumeDir {
-                path: path.clone(),
-                remove: false,
-            })
-        }
+        VolumeTmp::Fresh => Some(VolumeRoot::fresh(fresh_volume_path())),
+        VolumeTmp::Given(path) => Some(VolumeRoot::existing(path.clone())),
     };
-    if let Some(data) = &mounts.data {
-        volume_dirs.data = Some(VolumeRoot::existing(data.clone()));
-        preopens.push(Preopen {
-            guest_path: "/volume/data".into(),
-            dir: lazy_dir(data.clone(), true),
-            read_only: false,
-        });
+    volume.data = mounts.data.clone().map(VolumeRoot::existing);
+    for (guest_path, root) in [("/volume/tmp", &volume.tmp), ("/volume/data", &volume.data)] {
+        if let Some(root) = root {
+            preopens.push(Preopen {
+                guest_path: guest_path.into(),
+                dir: lazy_volume(root),
+                read_only: false,
+            });
+        }
     }
     if let Some(assets) = &mounts.package_assets {
         preopens.push(Preopen {
             guest_path: "/package".into(),
-            dir: lazy_dir(assets.clone(), false),
+            dir: lazy_dir(assets.clone()),
             read_only: true,
         });
     }
@@ -234,12 +203,12 @@ fn preopens(mounts: &Mounts) -> Result<Prepared, RunError> {
         for (name, path) in &mounts.skills {
             preopens.push(Preopen {
                 guest_path: format!("/skills/{name}"),
-                dir: lazy_dir(path.clone(), false),
+                dir: lazy_dir(path.clone()),
                 read_only: true,
             });
         }
     }
-    Ok((preopens, volume, volume_dirs, skills))
+    Ok((preopens, CallVolume(volume), skills))
 }
 
 /// `/skills` itself: a read-only folder that lists each skill's name as an empty folder (the
@@ -272,7 +241,7 @@ pub fn run<C: Conversation + 'static>(
     let cancel = Arc::new(Cancel::new());
     let timer = Arc::new(CallTimer::start(deadline, Arc::clone(&cancel)));
     let budget = Arc::new(WriteBudget::new(limits.write_budget));
-    let (preopens, volume_tmp, volume_dirs, skills_folder) = preopens(mounts)?;
+    let (preopens, volume, skills_folder) = preopens(mounts)?;
     let session = Session::new(conversation, Arc::clone(&timer));
     let wasi = Wasi::new(
         SandboxConfig {
@@ -291,7 +260,7 @@ pub fn run<C: Conversation + 'static>(
         budget,
         Some(deadline),
     )
-    .with_volume(volume_dirs)
+    .with_volume(volume.0.clone())
     .with_cancel(cancel);
     let host = Box::new(CallHost { wasi, http });
     let result = module.run(
@@ -316,8 +285,7 @@ pub fn run<C: Conversation + 'static>(
         session,
         run_us,
         memory_bytes: result.memory_bytes,
-        volume_tmp,
-        volume_data: mounts.data.clone(),
+        volume,
         _skills: skills_folder,
     })
 }
@@ -386,12 +354,10 @@ fn judge<C: Conversation>(
 
 /// Opens a folder a `volume:///` link names, if that part of the volume is mounted.
 pub fn volume_root<C>(ran: &Ran<C>, first_segment: &str) -> Option<Dir> {
+    let dirs = &ran.volume.0;
     match first_segment {
-        "tmp" => ran.volume_tmp.as_ref().and_then(VolumeDir::open),
-        "data" => ran
-            .volume_data
-            .as_deref()
-            .and_then(|path: &Path| Dir::open_ambient_dir(path, ambient_authority()).ok()),
+        "tmp" => dirs.tmp.as_ref()?.open_existing(),
+        "data" => dirs.data.as_ref()?.open_existing(),
         _ => None,
     }
 }
@@ -412,28 +378,24 @@ mod tests {
 
     #[test]
     fn a_fresh_volume_is_made_on_first_use_private_and_removed_with_its_call() {
-        let (mut preopens, volume, _, _) = preopens(&mounts(VolumeTmp::Fresh)).unwrap();
-        let volume = volume.unwrap();
-        assert!(volume.open().is_none(), "made before use");
+        let (mut preopens, volume, _) = preopens(&mounts(VolumeTmp::Fresh)).unwrap();
+        let tmp = volume.0.tmp.clone().unwrap();
+        assert!(tmp.open_existing().is_none(), "made before use");
         let PreopenDir::Lazy(open) = preopens.remove(0).dir else {
             panic!("a fresh volume is opened lazily");
         };
         open().unwrap();
-        let mode = std::fs::metadata(&volume.path)
-            .unwrap()
-            .permissions()
-            .mode();
+        let mode = std::fs::metadata(tmp.path()).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o700);
-        let path = volume.path.clone();
         drop(volume);
-        assert!(!path.exists());
+        assert!(!tmp.path().exists());
     }
 
     #[test]
     fn a_given_volume_is_kept_after_the_call() {
         let folder = tempfile::tempdir().unwrap();
         let given = folder.path().join("vol");
-        let (_, volume, _, _) = preopens(&mounts(VolumeTmp::Given(given.clone()))).unwrap();
+        let (_, volume, _) = preopens(&mounts(VolumeTmp::Given(given.clone()))).unwrap();
         std::fs::create_dir(&given).unwrap();
         drop(volume);
         assert!(given.exists());
@@ -441,7 +403,7 @@ mod tests {
 
     #[test]
     fn discovery_mounts_no_volume() {
-        let (preopens, volume, _, skills) = preopens(&mounts(VolumeTmp::None)).unwrap();
-        assert!(preopens.is_empty() && volume.is_none() && skills.is_none());
+        let (preopens, volume, skills) = preopens(&mounts(VolumeTmp::None)).unwrap();
+        assert!(preopens.is_empty() && volume.0.tmp.is_none() && skills.is_none());
     }
 }

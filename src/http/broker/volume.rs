@@ -75,6 +75,17 @@ impl VolumeRoot {
         }
         Dir::open_ambient_dir(&self.path, ambient_authority())
     }
+
+    /// Opens the folder only if it exists already (a fresh one exists once something used
+    /// it): reading what a call left behind never makes a folder.
+    pub fn open_existing(&self) -> Option<Dir> {
+        Dir::open_ambient_dir(&self.path, ambient_authority()).ok()
+    }
+
+    /// Whether this folder is made fresh for its call (and so is the call's to remove).
+    pub fn is_fresh(&self) -> bool {
+        self.make == Make::Fresh
+    }
 }
 
 /// The folders behind `/volume/tmp` and `/volume/data` in one call; either may be absent.
