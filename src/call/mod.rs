@@ -80,7 +80,7 @@ pub fn call_tool(
         arguments: request.arguments,
         result: None,
     };
-    let ran = runner::run(
+    let mut ran = runner::run(
         module,
         request.program,
         request.limits,
@@ -93,14 +93,14 @@ pub fn call_tool(
     stats.stdout_bytes = ran.session.stdout_bytes();
     stats.stderr_bytes = ran.session.stderr_bytes();
     let stderr = ran.session.stderr_tail();
-    if let Some(crash) = ran.crash.clone() {
+    if let Some(crash) = ran.crash.take() {
         return Ok(CallOutcome::Crashed {
             crash,
             stderr,
             stats,
         });
     }
-    let mut result = take_result(&ran);
+    let mut result = take_result(&mut ran);
     for block in &mut result.content {
         if let ShownBlock::VolumeLink { path, .. } = block {
             *block = read_link(&ran, path);
@@ -113,13 +113,13 @@ pub fn call_tool(
     })
 }
 
-fn take_result(ran: &runner::Ran<ToolCall>) -> CallResult {
+fn take_result(ran: &mut runner::Ran<ToolCall>) -> CallResult {
     // The runner reports no crash only when the conversation is done, and a ToolCall is done
-    // only once it holds a result.
+    // only once it holds a result. Taken, not cloned: it may carry large inline images.
     ran.session
-        .conversation()
+        .conversation_mut()
         .result
-        .clone()
+        .take()
         .expect("a finished tool call holds its result")
 }
 

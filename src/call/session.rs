@@ -130,9 +130,9 @@ impl<C: Conversation> Session<C> {
         self.stderr_bytes
     }
 
-    /// The conversation, with what it learned.
-    pub fn conversation(&self) -> &C {
-        &self.conversation
+    /// The conversation, to take what it learned.
+    pub fn conversation_mut(&mut self) -> &mut C {
+        &mut self.conversation
     }
 
     /// Takes the conversation back, with what it learned.
