@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use hako::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
-use hako::engines::{self, Compiler};
+use hako::engines::{self, EngineConfig};
 use hako::http::{NoBroker, PackagePolicy};
 use hako::store::{ArtifactKey, Store};
 use hako_engine_api::Module;
@@ -54,58 +54,62 @@ fn cold_start(c: &mut Criterion) {
         policy: Arc::new(PackagePolicy::default()),
         broker: Arc::new(NoBroker),
     };
-    let compilers: Vec<Compiler> = [Compiler::Singlepass, Compiler::Cranelift]
-        .into_iter()
-        .filter(|compiler| compiler.available())
-        .collect();
+    let configs = EngineConfig::all();
 
     let mut in_memory = c.benchmark_group("call_in_memory");
-    for &compiler in &compilers {
-        let engine = engines::engine(compiler, None).expect("the engine builds");
+    for &config in &configs {
+        let engine = engines::engine(config, None).expect("the engine builds");
         let module = engine.compile(&wasm).expect("greet compiles");
-        in_memory.bench_function(BenchmarkId::new("wasmer", compiler.name()), |b| {
-            b.iter(|| greet(&module, &network))
-        });
+        in_memory.bench_function(
+            BenchmarkId::new(config.kind().name(), config.compiler().name()),
+            |b| b.iter(|| greet(&module, &network)),
+        );
     }
     in_memory.finish();
 
     let mut from_disk = c.benchmark_group("call_from_disk");
-    for &compiler in &compilers {
-        let engine = engines::engine(compiler, None).expect("the engine builds");
+    for &config in &configs {
+        let engine = engines::engine(config, None).expect("the engine builds");
         let key = ArtifactKey::new(&sha, engine.identity());
         let module = engine.compile(&wasm).expect("greet compiles");
         store
             .artifacts()
             .write(&key, module.as_ref())
             .expect("the artifact is written");
-        from_disk.bench_function(BenchmarkId::new("wasmer", compiler.name()), |b| {
-            b.iter(|| {
-                let module = store
-                    .artifacts()
-                    .load(&key, engine.as_ref())
-                    .expect("the artifact loads")
-                    .expect("the artifact exists");
-                greet(&module, &network)
-            })
-        });
+        from_disk.bench_function(
+            BenchmarkId::new(config.kind().name(), config.compiler().name()),
+            |b| {
+                b.iter(|| {
+                    let module = store
+                        .artifacts()
+                        .load(&key, engine.as_ref())
+                        .expect("the artifact loads")
+                        .expect("the artifact exists");
+                    greet(&module, &network)
+                })
+            },
+        );
     }
     from_disk.finish();
 
     let mut load_only = c.benchmark_group("artifact_load");
-    for &compiler in &compilers {
-        let engine = engines::engine(compiler, None).expect("the engine builds");
+    for &config in &configs {
+        let engine = engines::engine(config, None).expect("the engine builds");
         let key = ArtifactKey::new(&sha, engine.identity());
-        load_only.bench_function(BenchmarkId::new("wasmer", compiler.name()), |b| {
-            b.iter(|| {
-                black_box(
-                    store
-                        .artifacts()
-                        .load(&key, engine.as_ref())
-                        .expect("the artifact loads")
-                        .expect("the artifact exists"),
-                )
-            })
-        });
+        load_only.bench_function(
+            BenchmarkId::new(config.kind().name(), config.compiler().name()),
+            |b| {
+                b.iter(|| {
+                    black_box(
+                        store
+                            .artifacts()
+                            .load(&key, engine.as_ref())
+                            .expect("the artifact loads")
+                            .expect("the artifact exists"),
+                    )
+                })
+            },
+        );
     }
     load_only.finish();
 }

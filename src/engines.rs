@@ -1,9 +1,10 @@
-//! Choosing an engine: the compilers this build offers, the singlepass-to-cranelift fallback for
-//! modules that use SIMD, and one engine per (compiler, target) kept for the process. This is
-//! the only file of the host crate that names an engine crate; everything else sees
-//! [`hako_engine_api::Engine`].
+//! Choosing an engine: the engine configurations this build offers (an engine and the compiler
+//! its code comes from), the singlepass-to-cranelift fallback for modules that use SIMD, and
+//! one engine per (configuration, target) kept for the process. This is the only file of the
+//! host crate that names an engine crate; everything else sees [`hako_engine_api::Engine`].
 
 use std::collections::HashMap;
+use std::fmt;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -11,6 +12,169 @@ use hako_engine_api::{Engine, EngineError};
 use hako_engine_wasmer::WasmerEngine;
 
 pub use hako_engine_wasmer::Compiler;
+
+/// The engines the ABI host can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EngineKind {
+    /// wasmer, with the singlepass, cranelift or llvm compiler.
+    Wasmer,
+    /// wasmtime (its own cranelift), kept for side-by-side comparisons.
+    Wasmtime,
+}
+
+impl EngineKind {
+    /// The engine's name on the command line and in artifact keys.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Wasmer => "wasmer",
+            EngineKind::Wasmtime => "wasmtime",
+        }
+    }
+
+    /// Whether this build includes the engine.
+    pub fn available(self) -> bool {
+        match self {
+            EngineKind::Wasmer => true,
+            EngineKind::Wasmtime => cfg!(feature = "wasmtime"),
+        }
+    }
+}
+
+impl FromStr for EngineKind {
+    type Err = EngineError;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        match name {
+            "wasmer" => Ok(EngineKind::Wasmer),
+            "wasmtime" if EngineKind::Wasmtime.available() => Ok(EngineKind::Wasmtime),
+            "wasmtime" => Err(EngineError::Unsupported(
+                "this build has no wasmtime engine (build with --features wasmtime)".into(),
+            )),
+            other => Err(EngineError::Unsupported(format!(
+                "unknown engine {other:?}: this build offers {}",
+                available_kinds()
+            ))),
+        }
+    }
+}
+
+fn available_kinds() -> String {
+    [EngineKind::Wasmer, EngineKind::Wasmtime]
+        .into_iter()
+        .filter(|kind| kind.available())
+        .map(EngineKind::name)
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
+/// What a call runs on: an engine and the compiler its code comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EngineConfig {
+    kind: EngineKind,
+    compiler: Compiler,
+}
+
+impl EngineConfig {
+    /// The configuration a call uses when none is asked for: wasmer with cranelift.
+    pub const DEFAULT: EngineConfig = EngineConfig {
+        kind: EngineKind::Wasmer,
+        compiler: Compiler::Cranelift,
+    };
+
+    /// wasmer with `compiler`.
+    pub const fn wasmer(compiler: Compiler) -> Self {
+        Self {
+            kind: EngineKind::Wasmer,
+            compiler,
+        }
+    }
+
+    /// `kind` with `compiler` (`None`: the engine's default compiler). wasmtime compiles only
+    /// with its own cranelift.
+    pub fn new(kind: EngineKind, compiler: Option<Compiler>) -> Result<Self, EngineError> {
+        if !kind.available() {
+            return Err(kind.name().parse::<EngineKind>().unwrap_err());
+        }
+        let compiler = match (kind, compiler) {
+            (EngineKind::Wasmer, None) => DEFAULT_COMPILER,
+            (EngineKind::Wasmer, Some(compiler)) if compiler.available() => compiler,
+            (EngineKind::Wasmer, Some(compiler)) => {
+                return Err(EngineError::Unsupported(format!(
+                    "this build has no {} compiler",
+                    compiler.name()
+                )))
+            }
+            (EngineKind::Wasmtime, None | Some(Compiler::Cranelift)) => Compiler::Cranelift,
+            (EngineKind::Wasmtime, Some(other)) => {
+                return Err(EngineError::Unsupported(format!(
+                    "wasmtime compiles with its own cranelift, not {}",
+                    other.name()
+                )))
+            }
+        };
+        Ok(Self { kind, compiler })
+    }
+
+    pub fn kind(self) -> EngineKind {
+        self.kind
+    }
+
+    pub fn compiler(self) -> Compiler {
+        self.compiler
+    }
+
+    /// The configuration's name as `hako bench` and stored records spell it:
+    /// `wasmer-singlepass`, `wasmer-cranelift`, `wasmer-llvm`, `wasmtime`.
+    pub fn name(self) -> String {
+        match self.kind {
+            EngineKind::Wasmer => format!("wasmer-{}", self.compiler.name()),
+            EngineKind::Wasmtime => "wasmtime".to_string(),
+        }
+    }
+
+    /// Whether a module that uses SIMD can be compiled by this configuration.
+    pub fn supports_simd(self) -> bool {
+        match self.kind {
+            EngineKind::Wasmer => self.compiler.supports_simd(),
+            EngineKind::Wasmtime => true,
+        }
+    }
+
+    /// Every configuration this build offers, in a fixed order.
+    pub fn all() -> Vec<EngineConfig> {
+        let mut configs: Vec<EngineConfig> = Compiler::ALL
+            .into_iter()
+            .filter(|compiler| compiler.available())
+            .map(EngineConfig::wasmer)
+            .collect();
+        if EngineKind::Wasmtime.available() {
+            configs.push(EngineConfig {
+                kind: EngineKind::Wasmtime,
+                compiler: Compiler::Cranelift,
+            });
+        }
+        configs
+    }
+}
+
+impl fmt::Display for EngineConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+impl FromStr for EngineConfig {
+    type Err = EngineError;
+
+    /// Parses a configuration name (see [`EngineConfig::name`]).
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        let (engine, compiler) = match name.split_once('-') {
+            Some((engine, compiler)) => (engine, Some(compiler.parse::<Compiler>()?)),
+            None => (name, None),
+        };
+        EngineConfig::new(engine.parse()?, compiler)
+    }
+}
 
 /// The compiler a call uses when none is asked for.
 pub const DEFAULT_COMPILER: Compiler = Compiler::Cranelift;
@@ -20,15 +184,24 @@ pub fn parse_compiler(name: &str) -> Result<Compiler, EngineError> {
     Compiler::from_str(name)
 }
 
-/// The compiler that will really compile a module: singlepass cannot compile SIMD, so a module
-/// that uses it falls back to cranelift. The second value says so when it happens.
-pub fn effective_compiler(asked: Compiler, uses_simd: bool) -> (Compiler, Option<String>) {
+/// Parses an engine name from the command line.
+pub fn parse_engine(name: &str) -> Result<EngineKind, EngineError> {
+    EngineKind::from_str(name)
+}
+
+/// The configuration that will really compile a module: singlepass cannot compile SIMD, so a
+/// module that uses it falls back to cranelift on the same engine. The second value says so
+/// when it happens.
+pub fn effective_config(asked: EngineConfig, uses_simd: bool) -> (EngineConfig, Option<String>) {
     if uses_simd && !asked.supports_simd() {
-        let fallback = Compiler::Cranelift;
+        let fallback = EngineConfig {
+            kind: asked.kind,
+            compiler: Compiler::Cranelift,
+        };
         let note = format!(
             "the module uses SIMD, which {} cannot compile: compiled with {} instead",
-            asked.name(),
-            fallback.name()
+            asked.compiler.name(),
+            fallback.compiler.name()
         );
         (fallback, Some(note))
     } else {
@@ -36,19 +209,36 @@ pub fn effective_compiler(asked: Compiler, uses_simd: bool) -> (Compiler, Option
     }
 }
 
-/// The engine for `compiler` and `target` (`None`: this machine), made once per process.
-pub fn engine(compiler: Compiler, target: Option<&str>) -> Result<Arc<dyn Engine>, EngineError> {
-    type Engines = Mutex<HashMap<(Compiler, Option<String>), Arc<dyn Engine>>>;
+/// The engine for `config` and `target` (`None`: this machine), made once per process.
+pub fn engine(config: EngineConfig, target: Option<&str>) -> Result<Arc<dyn Engine>, EngineError> {
+    type Engines = Mutex<HashMap<(EngineConfig, Option<String>), Arc<dyn Engine>>>;
     static ENGINES: OnceLock<Engines> = OnceLock::new();
     let engines = ENGINES.get_or_init(Default::default);
-    let key = (compiler, target.map(str::to_string));
+    let key = (config, target.map(str::to_string));
     let mut engines = engines.lock().unwrap_or_else(|poison| poison.into_inner());
     if let Some(engine) = engines.get(&key) {
         return Ok(Arc::clone(engine));
     }
-    let engine: Arc<dyn Engine> = Arc::new(WasmerEngine::new(compiler, target)?);
+    let engine = make_engine(config, target)?;
     engines.insert(key, Arc::clone(&engine));
     Ok(engine)
+}
+
+fn make_engine(config: EngineConfig, target: Option<&str>) -> Result<Arc<dyn Engine>, EngineError> {
+    match config.kind {
+        EngineKind::Wasmer => Ok(Arc::new(WasmerEngine::new(config.compiler, target)?)),
+        EngineKind::Wasmtime => wasmtime_engine(target),
+    }
+}
+
+#[cfg(not(feature = "wasmtime"))]
+fn wasmtime_engine(_target: Option<&str>) -> Result<Arc<dyn Engine>, EngineError> {
+    Err("wasmtime".parse::<EngineKind>().unwrap_err())
+}
+
+#[cfg(feature = "wasmtime")]
+fn wasmtime_engine(target: Option<&str>) -> Result<Arc<dyn Engine>, EngineError> {
+    Ok(Arc::new(hako_engine_wasmtime::WasmtimeEngine::new(target)?))
 }
 
 #[cfg(test)]
@@ -57,29 +247,52 @@ mod tests {
 
     #[test]
     fn simd_modules_asked_for_singlepass_fall_back_to_cranelift() {
-        let (compiler, note) = effective_compiler(Compiler::Singlepass, true);
-        assert_eq!(compiler, Compiler::Cranelift);
+        let singlepass = EngineConfig::wasmer(Compiler::Singlepass);
+        let cranelift = EngineConfig::wasmer(Compiler::Cranelift);
+        let (config, note) = effective_config(singlepass, true);
+        assert_eq!(config, cranelift);
         assert!(note.unwrap().contains("SIMD"));
-        assert_eq!(
-            effective_compiler(Compiler::Singlepass, false),
-            (Compiler::Singlepass, None)
-        );
-        assert_eq!(
-            effective_compiler(Compiler::Cranelift, true),
-            (Compiler::Cranelift, None)
-        );
+        assert_eq!(effective_config(singlepass, false), (singlepass, None));
+        assert_eq!(effective_config(cranelift, true), (cranelift, None));
     }
 
     #[test]
-    fn an_unknown_compiler_is_named_in_the_error() {
+    fn an_unknown_compiler_or_engine_is_named_in_the_error() {
         let err = parse_compiler("v8").unwrap_err().to_string();
+        assert!(err.contains("v8"), "{err}");
+        let err = parse_engine("v8").unwrap_err().to_string();
+        assert!(err.contains("v8") && err.contains("wasmer"), "{err}");
+        let err = "wasmer-v8".parse::<EngineConfig>().unwrap_err().to_string();
         assert!(err.contains("v8"), "{err}");
     }
 
     #[test]
-    fn engines_are_made_once_per_compiler_and_target() {
-        let a = engine(Compiler::Cranelift, None).unwrap();
-        let b = engine(Compiler::Cranelift, None).unwrap();
+    fn configuration_names_read_back() {
+        for config in EngineConfig::all() {
+            assert_eq!(config.name().parse::<EngineConfig>().unwrap(), config);
+        }
+        assert_eq!(
+            "wasmer".parse::<EngineConfig>().unwrap(),
+            EngineConfig::DEFAULT
+        );
+        assert_eq!(EngineConfig::DEFAULT.name(), "wasmer-cranelift");
+    }
+
+    #[test]
+    fn wasmtime_is_refused_with_another_compiler_or_without_the_feature() {
+        let asked = EngineConfig::new(EngineKind::Wasmtime, Some(Compiler::Singlepass));
+        let err = asked.unwrap_err().to_string();
+        if EngineKind::Wasmtime.available() {
+            assert!(err.contains("its own cranelift"), "{err}");
+        } else {
+            assert!(err.contains("--features wasmtime"), "{err}");
+        }
+    }
+
+    #[test]
+    fn engines_are_made_once_per_configuration_and_target() {
+        let a = engine(EngineConfig::DEFAULT, None).unwrap();
+        let b = engine(EngineConfig::DEFAULT, None).unwrap();
         assert!(Arc::ptr_eq(&a, &b));
         assert!(a.runs_here());
     }

@@ -1,4 +1,4 @@
-//! Uploading a checked package: precompile it with each chosen compiler for each chosen target,
+//! Uploading a checked package: precompile it with each chosen engine configuration for each chosen target,
 //! discover its tools by running it once, then store the version. Shared by `hako upload` and
 //! the operator API of `hako serve` (`POST /v1/packages`), so both refuse and store alike.
 //!
@@ -11,7 +11,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::call::{self, DiscoveryError};
-use crate::engines::{self, Compiler};
+use crate::engines::{self, EngineConfig};
 use crate::package::tools::Tool;
 use crate::package::Package;
 use crate::store::{ArtifactError, ArtifactKey, PutResult, Store, StoreError};
@@ -19,8 +19,8 @@ use crate::store::{ArtifactError, ArtifactKey, PutResult, Store, StoreError};
 /// What to precompile for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadOptions {
-    /// The compilers to precompile with (empty: [`engines::DEFAULT_COMPILER`]).
-    pub compilers: Vec<Compiler>,
+    /// The engine configurations to precompile with (empty: [`EngineConfig::DEFAULT`]).
+    pub configs: Vec<EngineConfig>,
     /// The target triples to precompile for (empty: this machine).
     pub targets: Vec<String>,
 }
@@ -28,7 +28,7 @@ pub struct UploadOptions {
 impl Default for UploadOptions {
     fn default() -> Self {
         Self {
-            compilers: vec![engines::DEFAULT_COMPILER],
+            configs: vec![EngineConfig::DEFAULT],
             targets: Vec::new(),
         }
     }
@@ -37,6 +37,7 @@ impl Default for UploadOptions {
 /// One artifact an upload made.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ArtifactReport {
+    pub engine: String,
     pub compiler: String,
     pub target: String,
     pub bytes: u64,
@@ -115,10 +116,10 @@ pub fn upload(
     package: &Package,
     options: &UploadOptions,
 ) -> Result<Uploaded, UploadError> {
-    let compilers = if options.compilers.is_empty() {
-        vec![engines::DEFAULT_COMPILER]
+    let configs = if options.configs.is_empty() {
+        vec![EngineConfig::DEFAULT]
     } else {
-        options.compilers.clone()
+        options.configs.clone()
     };
     let targets: Vec<Option<&str>> = if options.targets.is_empty() {
         vec![None]
@@ -130,11 +131,11 @@ pub fn upload(
     let mut notes = Vec::new();
     let mut runnable = None;
     for target in &targets {
-        for &asked in &compilers {
-            let (compiler, fallback) = engines::effective_compiler(asked, package.uses_simd);
+        for &asked in &configs {
+            let (config, fallback) = engines::effective_config(asked, package.uses_simd);
             notes.extend(fallback);
             let engine =
-                engines::engine(compiler, *target).map_err(|source| UploadError::Target {
+                engines::engine(config, *target).map_err(|source| UploadError::Target {
                     target: target.unwrap_or("this machine").to_string(),
                     source,
                 })?;
@@ -146,7 +147,8 @@ pub fn upload(
             let key = ArtifactKey::new(&package.module_sha256, engine.identity());
             let bytes = store.artifacts().write(&key, module.as_ref())?;
             artifacts.push(ArtifactReport {
-                compiler: compiler.name().to_string(),
+                engine: config.kind().name().to_string(),
+                compiler: config.compiler().name().to_string(),
                 target: engine.identity().triple.to_string(),
                 bytes,
                 compile_ms: (compile_ms * 10.0).round() / 10.0,
@@ -160,7 +162,7 @@ pub fn upload(
         Some(module) => module,
         // Discovery runs here, so it needs code for this machine even when every artifact
         // asked for is for another target.
-        None => engines::engine(engines::DEFAULT_COMPILER, None)
+        None => engines::engine(EngineConfig::DEFAULT, None)
             .and_then(|engine| engine.compile(&package.wasm))
             .map_err(UploadError::Compile)?,
     };
@@ -172,8 +174,8 @@ pub fn upload(
         Err(refusal) => return Err(UploadError::Refused(refusal)),
     };
 
-    let compiler_names: Vec<String> = compilers.iter().map(|c| c.name().to_string()).collect();
-    let put = store.put(package, &discovery.tools, &compiler_names)?;
+    let config_names: Vec<String> = configs.iter().map(|config| config.name()).collect();
+    let put = store.put(package, &discovery.tools, &config_names)?;
     Ok(Uploaded {
         name: package.manifest.name.clone(),
         version: package.manifest.version.clone(),
@@ -191,7 +193,7 @@ mod tests {
     #[test]
     fn the_default_options_precompile_with_the_default_compiler_for_this_machine() {
         let options = UploadOptions::default();
-        assert_eq!(options.compilers, [engines::DEFAULT_COMPILER]);
+        assert_eq!(options.configs, [EngineConfig::DEFAULT]);
         assert!(options.targets.is_empty());
     }
 

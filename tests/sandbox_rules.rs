@@ -1,6 +1,6 @@
 //! The sandbox as a guest sees it: preopens in the ABI's order, argv and environment,
 //! `fd_allocate`, the write budget, sockets, and no way out of a preopen — through the real
-//! fixture guest on every compiler.
+//! fixture guest on every engine configuration.
 
 mod support;
 
@@ -195,8 +195,8 @@ fn a_skill_is_mounted_read_only_under_its_name() {
 
 #[test]
 fn clocks_and_randomness_are_real() {
-    for compiler in support::host::compilers() {
-        let answer = |call: Call| match call.run(compiler) {
+    for config in support::host::configs() {
+        let answer = |call: Call| match call.run(config) {
             hako::call::CallOutcome::Answered { result, .. } => match &result.content[..] {
                 [hako::protocol::ShownBlock::Text { text }] => {
                     serde_json::from_str::<serde_json::Value>(text).unwrap()
@@ -207,7 +207,7 @@ fn clocks_and_randomness_are_real() {
         };
         let a = answer(Call::new("clock_random"));
         let b = answer(Call::new("clock_random"));
-        assert_ne!(a["random_hex"], b["random_hex"], "{compiler:?}");
+        assert_ne!(a["random_hex"], b["random_hex"], "{config}");
         let now_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()

@@ -1,5 +1,5 @@
 //! Discovery and storing at upload: `server/discover`, `tools/list` pages, every tool rule, the
-//! module's exit after discovery, and the store's versions — on every compiler.
+//! module's exit after discovery, and the store's versions — on every engine configuration.
 
 mod support;
 
@@ -7,20 +7,20 @@ use hako::call::{self, CrashKind, DiscoveryError};
 use hako::package;
 use hako::store::{PutResult, Store};
 use serde_json::{json, Value};
-use support::host::{compilers, load};
+use support::host::{configs, load};
 
 fn tool(name: &str) -> Value {
     json!({"name": name, "description": "d", "inputSchema": {"type": "object"}})
 }
 
-/// Discovery of a fixture package configured by `fixture_json`, on every compiler, with the
+/// Discovery of a fixture package configured by `fixture_json`, on every engine configuration, with the
 /// same outcome on each.
 fn discover(fixture_json: Option<Value>) -> Result<Vec<String>, String> {
     let dir = support::fixture_package("fixture", fixture_json);
     let package = package::load(dir.path()).expect("the fixture package is valid");
     let mut outcomes = Vec::new();
-    for compiler in compilers() {
-        let module = load(compiler, &package.wasm);
+    for config in configs() {
+        let module = load(config, &package.wasm);
         let outcome = call::discover(&module, "fixture", package.assets.clone())
             .map(|found| {
                 found

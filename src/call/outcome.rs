@@ -100,6 +100,8 @@ impl Crash {
 pub struct CallStats {
     /// Whether the module had to be compiled for this call (no cached artifact).
     pub compiled: bool,
+    /// The engine that ran the code (`wasmer`, `wasmtime`).
+    pub engine: String,
     /// The compiler that made the code that ran.
     pub compiler: String,
     /// Microseconds spent compiling or loading the module (0 when it was in memory).

@@ -12,7 +12,7 @@ use clap::Args;
 
 use super::{note, Failure, Target};
 use crate::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
-use crate::engines::{self, Compiler};
+use crate::engines::{self, Compiler, EngineConfig, EngineKind};
 use crate::http::{LazyBroker, Policy};
 use crate::protocol::ShownBlock;
 use crate::store::{ModuleSpec, Source};
@@ -28,9 +28,9 @@ pub struct CallArgs {
     /// The store folder (default: $HAKO_STORE, else ./.hako).
     #[arg(long, env = "HAKO_STORE")]
     store: Option<PathBuf>,
-    /// The engine to run on (this build: wasmer).
-    #[arg(long, default_value = "wasmer")]
-    engine: String,
+    /// The engine to run on: wasmer, or wasmtime in a build with it (default: wasmer).
+    #[arg(long, value_parser = engines::parse_engine, default_value = "wasmer")]
+    engine: EngineKind,
     /// The compiler whose code runs (default: cranelift).
     #[arg(long, value_parser = engines::parse_compiler)]
     compiler: Option<Compiler>,
@@ -123,12 +123,8 @@ fn limits(args: &CallArgs) -> Result<Limits, Failure> {
 }
 
 pub fn run(args: CallArgs) -> Result<(), Failure> {
-    if args.engine != "wasmer" {
-        return Err(Failure::Usage(format!(
-            "unknown engine {:?}: this build runs on wasmer",
-            args.engine
-        )));
-    }
+    let config =
+        EngineConfig::new(args.engine, args.compiler).map_err(|e| Failure::Usage(e.to_string()))?;
     let arguments = arguments(args.arguments.as_deref())?;
     let limits = limits(&args)?;
     let store = super::open_store(args.store.as_deref())?;
@@ -184,7 +180,7 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
                 wasm: &wasm,
                 module_sha256: &module_sha256,
                 uses_simd,
-                compiler: args.compiler.unwrap_or(engines::DEFAULT_COMPILER),
+                config,
             },
             None,
         )
@@ -214,7 +210,8 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
     };
     let stats = CallStats {
         compiled: loaded.source == Source::Compiled,
-        compiler: loaded.compiler.name().to_string(),
+        engine: loaded.config.kind().name().to_string(),
+        compiler: loaded.config.compiler().name().to_string(),
         load_us: loaded.load_us,
         ..CallStats::default()
     };

@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{note, Failure, Target};
-use crate::engines::{self, Compiler};
+use crate::engines::{self, Compiler, EngineConfig, EngineKind};
 use crate::serve::{self, ServeConfig, ServeError};
 use crate::upload::{self, UploadError, UploadOptions};
 
@@ -31,6 +31,9 @@ pub struct ServeArgs {
     /// The operator policy file (allowlists, credentials).
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
+    /// The engine to run on: wasmer, or wasmtime in a build with it (default: wasmer).
+    #[arg(long, value_parser = engines::parse_engine, default_value = "wasmer")]
+    engine: EngineKind,
     /// The compiler whose code runs (default: cranelift).
     #[arg(long, value_parser = engines::parse_compiler)]
     compiler: Option<Compiler>,
@@ -67,9 +70,8 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
     config.token = args.token.clone().filter(|token| !token.is_empty());
     config.allowed_origins = args.allowed_origins.clone();
     config.policy = args.policy.clone();
-    if let Some(compiler) = args.compiler {
-        config.compiler = compiler;
-    }
+    config.engine = EngineConfig::new(args.engine, args.compiler)
+        .map_err(|err| Failure::Usage(err.to_string()))?;
     if let Some(workers) = args.workers {
         if workers == 0 {
             return Err(Failure::Usage("--workers must be at least 1".into()));

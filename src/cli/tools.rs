@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::{Failure, Target};
 use crate::call;
-use crate::engines;
+use crate::engines::EngineConfig;
 use crate::store::ModuleSpec;
 
 #[derive(Debug, Args)]
@@ -31,7 +31,7 @@ pub fn run(args: ToolsArgs) -> Result<(), Failure> {
                         wasm: &package.wasm,
                         module_sha256: &package.module_sha256,
                         uses_simd: package.uses_simd,
-                        compiler: engines::DEFAULT_COMPILER,
+                        config: EngineConfig::DEFAULT,
                     },
                     None,
                 )

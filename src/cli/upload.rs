@@ -1,4 +1,4 @@
-//! `hako upload PACKAGE`: check, precompile with each chosen compiler for each chosen target,
+//! `hako upload PACKAGE`: check, precompile with each chosen engine configuration for each chosen target,
 //! discover the tools by running the module once, then store the version. A refusal at any
 //! step names the rule that broke (exit 1) and stores nothing. The work itself is
 //! [`crate::upload::upload`], which `hako serve` shares; this file chooses and reports.
@@ -9,7 +9,7 @@ use clap::Args;
 
 use super::{note, Failure};
 use crate::call::DiscoveryError;
-use crate::engines::{self, Compiler};
+use crate::engines::{self, Compiler, EngineConfig, EngineKind};
 use crate::store::PutResult;
 use crate::upload::{self, UploadError, UploadOptions};
 
@@ -20,6 +20,9 @@ pub struct UploadArgs {
     /// The store folder (default: $HAKO_STORE, else ./.hako).
     #[arg(long, env = "HAKO_STORE")]
     store: Option<PathBuf>,
+    /// The engine to precompile for: wasmer, or wasmtime in a build with it (default: wasmer).
+    #[arg(long, value_parser = engines::parse_engine, default_value = "wasmer")]
+    engine: EngineKind,
     /// A compiler to precompile with (repeatable; default: cranelift).
     #[arg(long = "compiler", value_parser = engines::parse_compiler)]
     compilers: Vec<Compiler>,
@@ -34,8 +37,20 @@ pub struct UploadArgs {
 pub fn run(args: UploadArgs) -> Result<(), Failure> {
     let store = super::open_store(args.store.as_deref())?;
     let package = super::load_package(&args.package)?;
+    let configs = if args.compilers.is_empty() {
+        vec![EngineConfig::new(args.engine, None)]
+    } else {
+        args.compilers
+            .iter()
+            .map(|&compiler| EngineConfig::new(args.engine, Some(compiler)))
+            .collect()
+    };
+    let configs = configs
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|err| Failure::Usage(err.to_string()))?;
     let options = UploadOptions {
-        compilers: args.compilers.clone(),
+        configs,
         targets: args.targets.clone(),
     };
     let uploaded = match upload::upload(&store, &package, &options) {
@@ -78,7 +93,8 @@ pub fn run(args: UploadArgs) -> Result<(), Failure> {
     );
     for artifact in &uploaded.artifacts {
         outln!(
-            "  artifact {} {}: {} bytes, compiled in {} ms",
+            "  artifact {} {} {}: {} bytes, compiled in {} ms",
+            artifact.engine,
             artifact.compiler,
             artifact.target,
             artifact.bytes,

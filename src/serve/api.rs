@@ -62,7 +62,7 @@ pub fn show(server: &Server, name: &str) -> Response<Body> {
                     "version": record.version,
                     "description": record.description,
                     "module_sha256": record.module_sha256,
-                    "compilers": record.compilers,
+                    "engines": record.engines,
                     "tools": served.stored.tools,
                 }),
             )

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use super::metrics::Metrics;
 use super::pool::{GuestPool, Rejected};
 use crate::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
-use crate::engines::Compiler;
+use crate::engines::EngineConfig;
 use crate::http::{Broker, BrokerError, HyperBroker, PackagePolicy, Policy, PolicyError};
 use crate::package::manifest::is_valid_name;
 use crate::store::{ModuleCache, ModuleSpec, Store, StoreError, StoredPackage};
@@ -65,7 +65,7 @@ pub enum CallError {
 pub struct Calls {
     store: Store,
     policy: Policy,
-    compiler: Compiler,
+    engine: EngineConfig,
     served: Mutex<HashMap<String, Arc<Served>>>,
     modules: ModuleCache,
     pool: GuestPool,
@@ -77,7 +77,7 @@ impl Calls {
     pub fn new(
         store: Store,
         policy: Policy,
-        compiler: Compiler,
+        engine: EngineConfig,
         pool: GuestPool,
         cached_modules: usize,
         broker: Arc<dyn Broker>,
@@ -85,7 +85,7 @@ impl Calls {
         Self {
             store,
             policy,
-            compiler,
+            engine,
             served: Mutex::new(HashMap::new()),
             modules: ModuleCache::new(cached_modules),
             pool,
@@ -208,7 +208,7 @@ impl Calls {
                     wasm: &package.wasm,
                     module_sha256: &record.module_sha256,
                     uses_simd: record.uses_simd,
-                    compiler: self.compiler,
+                    config: self.engine,
                 },
                 Some(&self.modules),
             )
@@ -235,7 +235,8 @@ impl Calls {
         };
         let stats = CallStats {
             compiled: loaded.source == crate::store::Source::Compiled,
-            compiler: loaded.compiler.name().to_string(),
+            engine: loaded.config.kind().name().to_string(),
+            compiler: loaded.config.compiler().name().to_string(),
             load_us: loaded.load_us,
             ..CallStats::default()
         };

@@ -32,7 +32,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
-use crate::engines::{self, Compiler};
+use crate::engines::EngineConfig;
 use crate::http::{Policy, PolicyError};
 use crate::store::{Store, StoreError};
 use calls::Calls;
@@ -49,7 +49,8 @@ pub struct ServeConfig {
     /// Origins allowed beside loopback ones (`*`: any).
     pub allowed_origins: Vec<String>,
     pub policy: Option<PathBuf>,
-    pub compiler: Compiler,
+    /// The engine and compiler whose code runs.
+    pub engine: EngineConfig,
     /// Guest threads (calls running at once).
     pub workers: usize,
     /// Accepted calls that may wait for a guest thread.
@@ -78,7 +79,7 @@ impl ServeConfig {
             token: None,
             allowed_origins: Vec::new(),
             policy: None,
-            compiler: engines::DEFAULT_COMPILER,
+            engine: EngineConfig::DEFAULT,
             workers: cores,
             queue: cores * 64,
             cached_modules: 64,
@@ -138,7 +139,7 @@ fn calls(config: &ServeConfig) -> Result<Arc<Calls>, ServeError> {
     Ok(Arc::new(Calls::new(
         store,
         policy,
-        config.compiler,
+        config.engine,
         pool,
         config.cached_modules,
         broker,

@@ -9,7 +9,7 @@ use std::time::Instant;
 use hako_engine_api::Module;
 
 use super::{ArtifactError, ArtifactKey, ModuleCache, Store};
-use crate::engines::{self, Compiler};
+use crate::engines::{self, EngineConfig};
 
 /// Where a module came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,8 +26,8 @@ pub enum Source {
 pub struct Loaded {
     pub module: Arc<dyn Module>,
     pub source: Source,
-    /// The compiler that made the code (after any SIMD fallback).
-    pub compiler: Compiler,
+    /// The engine and compiler that made the code (after any SIMD fallback).
+    pub config: EngineConfig,
     /// Microseconds spent loading or compiling.
     pub load_us: u64,
     /// Things the operator should be told (a fallback, a refused artifact).
@@ -39,7 +39,7 @@ pub struct ModuleSpec<'a> {
     pub wasm: &'a [u8],
     pub module_sha256: &'a str,
     pub uses_simd: bool,
-    pub compiler: Compiler,
+    pub config: EngineConfig,
 }
 
 impl Store {
@@ -51,15 +51,15 @@ impl Store {
     ) -> Result<Loaded, ArtifactError> {
         let started = Instant::now();
         let mut notes = Vec::new();
-        let (compiler, fallback) = engines::effective_compiler(spec.compiler, spec.uses_simd);
+        let (config, fallback) = engines::effective_config(spec.config, spec.uses_simd);
         notes.extend(fallback);
-        let engine = engines::engine(compiler, None)?;
+        let engine = engines::engine(config, None)?;
         let key = ArtifactKey::new(spec.module_sha256, engine.identity());
         if let Some(module) = memory.and_then(|cache| cache.get(&key)) {
             return Ok(Loaded {
                 module,
                 source: Source::Memory,
-                compiler,
+                config,
                 load_us: 0,
                 notes,
             });
@@ -78,8 +78,7 @@ impl Store {
                 let module = engine.compile(spec.wasm)?;
                 self.artifacts().write(&key, module.as_ref())?;
                 notes.push(format!(
-                    "no cached artifact for {}: compiled the module now",
-                    compiler.name()
+                    "no cached artifact for {config}: compiled the module now"
                 ));
                 (module, Source::Compiled)
             }
@@ -90,7 +89,7 @@ impl Store {
         Ok(Loaded {
             module,
             source,
-            compiler,
+            config,
             load_us: started.elapsed().as_micros() as u64,
             notes,
         })

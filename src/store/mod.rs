@@ -79,8 +79,9 @@ pub struct UploadRecord {
     pub description: Option<String>,
     pub module_sha256: String,
     pub uses_simd: bool,
-    /// The compilers artifacts were made with (for this machine's target).
-    pub compilers: Vec<String>,
+    /// The engine configurations artifacts were made with (`wasmer-cranelift`, …).
+    #[serde(alias = "compilers")]
+    pub engines: Vec<String>,
 }
 
 /// A stored version of a package.
@@ -199,7 +200,7 @@ impl Store {
         &self,
         package: &Package,
         tools: &[Tool],
-        compilers: &[String],
+        engines: &[String],
     ) -> Result<PutResult, StoreError> {
         let name = &package.manifest.name;
         let version = &package.manifest.version;
@@ -211,7 +212,7 @@ impl Store {
             description: package.manifest.description.clone(),
             module_sha256: package.module_sha256.clone(),
             uses_simd: package.uses_simd,
-            compilers: compilers.to_vec(),
+            engines: engines.to_vec(),
         };
         let result = if final_dir.exists() {
             let stored = self.version(name, version)?;

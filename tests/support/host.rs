@@ -1,6 +1,6 @@
 //! Running guests through hako's library in integration tests: a store shared by every test
-//! process (so each compiler compiles the fixture once), every compiler this build offers, and
-//! calls whose outcome tests compare across compilers.
+//! process (so each engine configuration compiles the fixture once), every engine configuration
+//! this build offers, and calls whose outcome tests compare across them.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,19 +8,17 @@ use std::sync::Arc;
 use hako::call::{
     self, CallOutcome, CallStats, CrashKind, Limits, Mounts, Network, ToolRequest, VolumeTmp,
 };
-use hako::engines::Compiler;
+use hako::engines::EngineConfig;
 use hako::http::{Broker, NoBroker, PackagePolicy, Policy};
 use hako::protocol::{CallResult, ShownBlock};
 use hako::store::{ModuleSpec, Store};
 use hako_engine_api::Module;
 use serde_json::Value;
 
-/// The compilers of this build; every fixture runs on each.
-pub fn compilers() -> Vec<Compiler> {
-    [Compiler::Singlepass, Compiler::Cranelift]
-        .into_iter()
-        .filter(|compiler| compiler.available())
-        .collect()
+/// The engine configurations of this build (every wasmer compiler, and wasmtime when built
+/// in); every fixture runs on each.
+pub fn configs() -> Vec<EngineConfig> {
+    EngineConfig::all()
 }
 
 /// A store under the target folder, shared by all test processes: artifacts are content
@@ -30,8 +28,8 @@ pub fn shared_store() -> Store {
     Store::open(dir).expect("the shared test store opens")
 }
 
-/// `wasm` loaded for `compiler` from `store`, saying how.
-pub fn load_in(store: &Store, compiler: Compiler, wasm: &[u8]) -> hako::store::Loaded {
+/// `wasm` loaded for `config` from `store`, saying how.
+pub fn load_in(store: &Store, config: EngineConfig, wasm: &[u8]) -> hako::store::Loaded {
     let sha = hako::store::sha256_hex(wasm);
     let uses_simd = hako::package::check_module(wasm)
         .map(|facts| facts.uses_simd)
@@ -42,19 +40,19 @@ pub fn load_in(store: &Store, compiler: Compiler, wasm: &[u8]) -> hako::store::L
                 wasm,
                 module_sha256: &sha,
                 uses_simd,
-                compiler,
+                config,
             },
             None,
         )
         .expect("the module loads")
 }
 
-/// `wasm` loaded for `compiler` from the shared store.
-pub fn load(compiler: Compiler, wasm: &[u8]) -> Arc<dyn Module> {
-    load_in(&shared_store(), compiler, wasm).module
+/// `wasm` loaded for `config` from the shared store.
+pub fn load(config: EngineConfig, wasm: &[u8]) -> Arc<dyn Module> {
+    load_in(&shared_store(), config, wasm).module
 }
 
-/// A call to set up; `Call::new("greet").args(…).run(compiler)`.
+/// A call to set up; `Call::new("greet").args(…).run(config)`.
 pub struct Call {
     pub tool: String,
     pub arguments: Value,
@@ -124,12 +122,12 @@ impl Call {
         self
     }
 
-    pub fn run(&self, compiler: Compiler) -> CallOutcome {
+    pub fn run(&self, config: EngineConfig) -> CallOutcome {
         let wasm = self
             .wasm
             .as_deref()
             .unwrap_or_else(|| super::fixture_wasm());
-        let module = load(compiler, wasm);
+        let module = load(config, wasm);
         call::call_tool(
             &module,
             ToolRequest {
@@ -148,57 +146,57 @@ impl Call {
         .expect("the host runs the call")
     }
 
-    /// Runs on every compiler; returns the outcomes in `compilers()` order.
-    pub fn run_all(&self) -> Vec<(Compiler, CallOutcome)> {
-        compilers()
+    /// Runs on every engine configuration; returns the outcomes in `configs()` order.
+    pub fn run_all(&self) -> Vec<(EngineConfig, CallOutcome)> {
+        configs()
             .into_iter()
-            .map(|compiler| (compiler, self.run(compiler)))
+            .map(|config| (config, self.run(config)))
             .collect()
     }
 
-    /// Runs on every compiler, asserts each crashed with `kind`, and returns the first crash
+    /// Runs on every engine configuration, asserts each crashed with `kind`, and returns the first crash
     /// message and stderr.
     pub fn crashes(&self, kind: CrashKind) -> (String, String) {
         let mut first = None;
-        for (compiler, outcome) in self.run_all() {
+        for (config, outcome) in self.run_all() {
             match outcome {
                 CallOutcome::Crashed { crash, stderr, .. } => {
                     assert_eq!(
                         crash.kind, kind,
-                        "{} on {compiler:?}: {}",
+                        "{} on {config}: {}",
                         self.tool, crash.message
                     );
                     first.get_or_insert((crash.message, stderr));
                 }
                 CallOutcome::Answered { result, .. } => {
                     panic!(
-                        "{} on {compiler:?} answered {result:?}, expected a {kind} crash",
+                        "{} on {config} answered {result:?}, expected a {kind} crash",
                         self.tool
                     )
                 }
             }
         }
-        first.expect("at least one compiler is enabled")
+        first.expect("at least one engine configuration is built in")
     }
 
-    /// Runs on every compiler, asserts each answered the same result, and returns it.
+    /// Runs on every engine configuration, asserts each answered the same result, and returns it.
     pub fn answers(&self) -> CallResult {
         let mut first: Option<CallResult> = None;
-        for (compiler, outcome) in self.run_all() {
+        for (config, outcome) in self.run_all() {
             match outcome {
                 CallOutcome::Answered { result, .. } => match &first {
                     Some(seen) => {
-                        assert_eq!(&result, seen, "{} differs on {compiler:?}", self.tool)
+                        assert_eq!(&result, seen, "{} differs on {config}", self.tool)
                     }
                     None => first = Some(result),
                 },
                 CallOutcome::Crashed { crash, stderr, .. } => panic!(
-                    "{} on {compiler:?} crashed ({}): {}\nstderr: {stderr}",
+                    "{} on {config} crashed ({}): {}\nstderr: {stderr}",
                     self.tool, crash.kind, crash.message
                 ),
             }
         }
-        first.expect("at least one compiler is enabled")
+        first.expect("at least one engine configuration is built in")
     }
 
     /// The answer's single text block, parsed as JSON.

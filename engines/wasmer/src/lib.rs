@@ -42,6 +42,9 @@ pub enum Compiler {
 }
 
 impl Compiler {
+    /// Every compiler hako knows, whether or not this build includes it.
+    pub const ALL: [Compiler; 2] = [Compiler::Singlepass, Compiler::Cranelift];
+
     /// The compiler's name on the command line and in artifact keys.
     pub fn name(self) -> &'static str {
         match self {
