@@ -108,7 +108,13 @@ pub struct CallVolume(VolumeDirs);
 
 impl Drop for CallVolume {
     fn drop(&mut self) {
-        if let Some(tmp) = self.0.tmp.as_ref().filter(|tmp| tmp.is_fresh()) {
+        // A fresh volume nothing used was never made: there is nothing to remove.
+        if let Some(tmp) = self
+            .0
+            .tmp
+            .as_ref()
+            .filter(|tmp| tmp.is_fresh() && tmp.was_made())
+        {
             let _ = std::fs::remove_dir_all(tmp.path());
         }
     }

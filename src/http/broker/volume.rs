@@ -86,6 +86,15 @@ impl VolumeRoot {
     pub fn is_fresh(&self) -> bool {
         self.make == Make::Fresh
     }
+
+    /// Whether the folder has been made (a fresh one) or checked to exist (a given one) by a
+    /// first use: a fresh folder nothing used was never made.
+    pub fn was_made(&self) -> bool {
+        *self
+            .made
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
 }
 
 /// The folders behind `/volume/tmp` and `/volume/data` in one call; either may be absent.
