@@ -114,6 +114,31 @@ fn a_memory_bomb_crashes_as_out_of_memory() {
 }
 
 #[test]
+fn a_read_past_the_end_of_memory_traps_even_after_a_bigger_memory_ran() {
+    // The memory bomb leaves a big memory behind; memories are reused from call to call, and
+    // the next guest must still find the end of its own memory guarded.
+    Call::new("oom")
+        .limits(|limits| limits.max_memory_bytes = 32 * 1024 * 1024)
+        .crashes(CrashKind::OutOfMemory);
+    Call::new("read_past_memory").crashes(CrashKind::Trap);
+}
+
+#[test]
+fn memory_a_call_used_reads_as_zero_in_the_next_call() {
+    for _ in 0..3 {
+        let result = Call::new("grow_and_check")
+            .args(json!({"pages": 64}))
+            .answers();
+        assert_eq!(
+            result.content,
+            vec![ShownBlock::Text {
+                text: r#"{"grown":true,"zero":true}"#.into()
+            }]
+        );
+    }
+}
+
+#[test]
 fn an_initial_memory_above_the_cap_crashes_as_out_of_memory() {
     let wasm =
         wat::parse_str(r#"(module (memory (export "memory") 1024) (func (export "_start")))"#)

@@ -16,6 +16,7 @@
 
 mod link;
 mod memory;
+mod pool;
 
 use std::collections::BTreeSet;
 use std::str::FromStr;

@@ -4,7 +4,8 @@
 //!
 //! The cap belongs to a call, but tunables belong to the engine; the link between them is a
 //! thread-local set by [`CapScope`] for the duration of one run on the run's own thread (a
-//! store never leaves the thread it runs on). This file does not decide what the cap is.
+//! store never leaves the thread it runs on). Memories live in [`crate::pool`]'s reused slots.
+//! This file does not decide what the cap is.
 
 use std::cell::RefCell;
 use std::ptr::NonNull;
@@ -15,6 +16,8 @@ use wasmer::sys::{BaseTunables, Tunables};
 use wasmer::{MemoryType, Pages, TableType};
 use wasmer_types::{MemoryError, MemoryStyle, TableStyle};
 use wasmer_vm::{LinearMemory, Trap, VMMemory, VMMemoryDefinition, VMTable, VMTableDefinition};
+
+use crate::pool::PooledMemory;
 
 /// What the running call allows, and what happened to it.
 #[derive(Debug, Clone)]
@@ -99,6 +102,11 @@ impl Tunables for CappedTunables {
         style: &MemoryStyle,
     ) -> Result<VMMemory, MemoryError> {
         let (ty, state) = Self::clamp(ty)?;
+        if *style == MemoryStyle::Static && !ty.shared {
+            // SAFETY: without a location the memory owns its definition.
+            let memory = unsafe { PooledMemory::new(&ty, None, state.map(|s| s.refused))? };
+            return Ok(VMMemory(Box::new(memory)));
+        }
         let memory = self.base.create_host_memory(&ty, style)?;
         Ok(watch(memory, state))
     }
@@ -110,6 +118,14 @@ impl Tunables for CappedTunables {
         vm_definition_location: NonNull<VMMemoryDefinition>,
     ) -> Result<VMMemory, MemoryError> {
         let (ty, state) = Self::clamp(ty)?;
+        if *style == MemoryStyle::Static && !ty.shared {
+            // SAFETY: the caller guarantees the definition location is valid for the memory's
+            // life, which is `PooledMemory::new`'s contract.
+            let memory = unsafe {
+                PooledMemory::new(&ty, Some(vm_definition_location), state.map(|s| s.refused))?
+            };
+            return Ok(VMMemory(Box::new(memory)));
+        }
         // SAFETY: the caller's contract (a valid, owned definition location) is passed on
         // unchanged; only the memory type's maximum was lowered.
         let memory = unsafe {

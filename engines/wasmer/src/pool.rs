@@ -1,0 +1,438 @@
+//! A pool of linear memories, reused from call to call instead of mapped and unmapped for each.
+//!
+//! A wasm32 memory in wasmer's static style is an 8 GiB reservation of address space (the
+//! 4 GiB the guest can index, then a 4 GiB guard), of which only the guest's current size is
+//! accessible; compiled code leaves bounds checks to the inaccessible rest. Mapping that and
+//! unmapping it again costs a call tens of microseconds (the unmap tears down page tables and
+//! shoots down other cores' TLBs), and every page the guest touches faults in fresh. So a
+//! memory's reservation ([`Slot`]) goes back to a process-wide pool when its instance is dropped:
+//! its touched pages are zeroed in place (they stay resident, so the next call does not fault
+//! them in again), everything else is handed back to the kernel, and the next memory takes the
+//! slot and only changes which part is accessible.
+//!
+//! Zeroing is what makes reuse safe: a slot leaves the pool only with every byte zero. Pages the
+//! kernel reports resident are cleared with a write; every other page (never touched, or
+//! swapped out) is dropped with `MADV_DONTNEED`, which makes it read as zero. A slot that cannot
+//! be reset is unmapped, never reused.
+//!
+//! This file owns only memory placement; the cap a memory may grow to is [`crate::memory`]'s.
+
+use std::cell::UnsafeCell;
+use std::io;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use wasmer::{MemoryType, Pages};
+use wasmer_types::{MemoryError, MemoryStyle, WASM_PAGE_SIZE};
+use wasmer_vm::{LinearMemory, VMMemoryDefinition};
+
+/// Slots kept idle for reuse; more are unmapped when released.
+const MAX_IDLE: usize = 64;
+
+/// The most resident bytes a released slot keeps (zeroed); a memory that had more touched is
+/// handed back to the kernel whole rather than cleared byte by byte.
+const KEEP_RESIDENT: usize = 16 << 20;
+
+/// The most separate runs of untouched pages a reset drops one by one; beyond it, it is cheaper
+/// to drop the whole memory with one call.
+const MAX_DROPPED_RUNS: usize = 64;
+
+fn os_page() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).unwrap_or(4096)
+}
+
+/// The bytes a static-style memory reserves: the indexable 4 GiB and the offset guard.
+fn reservation() -> usize {
+    MemoryStyle::static_bound().bytes().0 + MemoryStyle::static_offset_guard_size() as usize
+}
+
+/// One reserved memory region; the first `accessible` bytes are readable and writable, the rest
+/// is not accessible. Unmapped when dropped.
+struct Slot {
+    base: NonNull<u8>,
+    accessible: usize,
+}
+
+// SAFETY: a slot is an address range owned by whoever holds the `Slot`; nothing about it is
+// tied to the thread that mapped it.
+unsafe impl Send for Slot {}
+
+impl Slot {
+    fn reserve() -> io::Result<Slot> {
+        // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing touches no
+        // existing memory.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                reservation(),
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = NonNull::new(base.cast::<u8>()).ok_or_else(|| io::Error::other("mmap: null"))?;
+        Ok(Slot {
+            base,
+            accessible: 0,
+        })
+    }
+
+    /// Makes exactly the first `bytes` accessible (a multiple of the wasm page size).
+    fn set_accessible(&mut self, bytes: usize) -> io::Result<()> {
+        let (start, len, protection) = if bytes > self.accessible {
+            let grow = (self.accessible, bytes - self.accessible);
+            (grow.0, grow.1, libc::PROT_READ | libc::PROT_WRITE)
+        } else if bytes < self.accessible {
+            (bytes, self.accessible - bytes, libc::PROT_NONE)
+        } else {
+            return Ok(());
+        };
+        // SAFETY: the range lies inside this slot's reservation (`bytes` never exceeds the
+        // indexable 4 GiB, checked by the callers), which only this slot uses.
+        let status =
+            unsafe { libc::mprotect(self.base.as_ptr().add(start).cast(), len, protection) };
+        if status != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        self.accessible = bytes;
+        Ok(())
+    }
+
+    /// Zeroes every accessible byte, keeping resident pages resident.
+    fn reset(&mut self) -> io::Result<()> {
+        if self.accessible == 0 {
+            return Ok(());
+        }
+        let page = os_page();
+        let pages = self.accessible / page;
+        let mut resident = vec![0u8; pages];
+        // SAFETY: the range is this slot's accessible part; the vector has one byte per page.
+        let status = unsafe {
+            libc::mincore(
+                self.base.as_ptr().cast(),
+                self.accessible,
+                resident.as_mut_ptr().cast(),
+            )
+        };
+        if status != 0 {
+            return self.drop_pages(0, self.accessible);
+        }
+        let resident_pages = resident.iter().filter(|state| *state & 1 == 1).count();
+        if resident_pages * page > KEEP_RESIDENT {
+            return self.drop_pages(0, self.accessible);
+        }
+        // Runs of pages: resident ones are cleared in place, the others dropped.
+        let mut runs: Vec<(usize, usize, bool)> = Vec::new();
+        for (index, state) in resident.iter().enumerate() {
+            let is_resident = state & 1 == 1;
+            match runs.last_mut() {
+                Some((_, end, kind)) if *kind == is_resident && *end == index => *end += 1,
+                _ => runs.push((index, index + 1, is_resident)),
+            }
+        }
+        let dropped_runs = runs.iter().filter(|(_, _, kind)| !kind).count();
+        if dropped_runs > MAX_DROPPED_RUNS {
+            return self.drop_pages(0, self.accessible);
+        }
+        for (first, end, is_resident) in runs {
+            let (start, len) = (first * page, (end - first) * page);
+            if is_resident {
+                // SAFETY: the range is accessible and owned by this slot; no guest runs on it
+                // any more (its instance is gone) and nothing else holds a reference into it.
+                unsafe { std::ptr::write_bytes(self.base.as_ptr().add(start), 0, len) };
+            } else {
+                self.drop_pages(start, len)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands pages back to the kernel; they read as zero afterwards.
+    fn drop_pages(&mut self, start: usize, len: usize) -> io::Result<()> {
+        // SAFETY: the range lies inside this slot's accessible part, which only this slot uses
+        // and nothing references now.
+        let status = unsafe {
+            libc::madvise(
+                self.base.as_ptr().add(start).cast(),
+                len,
+                libc::MADV_DONTNEED,
+            )
+        };
+        if status != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // SAFETY: the reservation was mapped by `reserve` with this size and is unmapped once.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), reservation()) };
+    }
+}
+
+/// The process's idle slots.
+static IDLE: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
+
+fn take_slot() -> io::Result<Slot> {
+    let idle = IDLE
+        .lock()
+        .unwrap_or_else(|poison| poison.into_inner())
+        .pop();
+    match idle {
+        Some(slot) => Ok(slot),
+        None => Slot::reserve(),
+    }
+}
+
+fn give_back(mut slot: Slot) {
+    if slot.reset().is_err() {
+        return; // unmapped by its drop, never reused
+    }
+    let mut idle = IDLE.lock().unwrap_or_else(|poison| poison.into_inner());
+    if idle.len() < MAX_IDLE {
+        idle.push(slot);
+    }
+}
+
+/// Where a memory's definition lives: inside its instance (a module's own memory) or with the
+/// memory itself (a memory made by the host).
+enum Definition {
+    Instance(NonNull<VMMemoryDefinition>),
+    Own(Box<UnsafeCell<VMMemoryDefinition>>),
+}
+
+impl Definition {
+    fn ptr(&self) -> NonNull<VMMemoryDefinition> {
+        match self {
+            Definition::Instance(ptr) => *ptr,
+            // SAFETY: a box's contents are never null.
+            Definition::Own(cell) => unsafe { NonNull::new_unchecked(cell.get()) },
+        }
+    }
+}
+
+/// A linear memory in a pooled slot, which records when a grow is refused.
+pub(crate) struct PooledMemory {
+    slot: Option<Slot>,
+    definition: Definition,
+    ty: MemoryType,
+    size: Pages,
+    refused: Option<Arc<AtomicBool>>,
+}
+
+// SAFETY: the memory owns its slot and its definition (or the instance owns the definition and
+// outlives this memory); wasm memories that are not shared are used by one thread at a time,
+// which is what wasmer's own memories assume when they implement these.
+unsafe impl Send for PooledMemory {}
+// SAFETY: as above.
+unsafe impl Sync for PooledMemory {}
+
+impl std::fmt::Debug for PooledMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PooledMemory")
+            .field("ty", &self.ty)
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
+impl PooledMemory {
+    /// A memory of type `ty` in a pooled slot, its definition written at `location` (or owned
+    /// when `None`). `refused` is set when a grow is refused.
+    ///
+    /// # Safety
+    /// `location`, when given, must point to a valid memory definition that outlives the memory.
+    pub(crate) unsafe fn new(
+        ty: &MemoryType,
+        location: Option<NonNull<VMMemoryDefinition>>,
+        refused: Option<Arc<AtomicBool>>,
+    ) -> Result<Self, MemoryError> {
+        if ty.minimum > Pages::max_value() {
+            return Err(MemoryError::MinimumMemoryTooLarge {
+                min_requested: ty.minimum,
+                max_allowed: Pages::max_value(),
+            });
+        }
+        if let Some(maximum) = ty.maximum {
+            if maximum < ty.minimum {
+                return Err(MemoryError::InvalidMemory {
+                    reason: format!(
+                        "the maximum ({} pages) is less than the minimum ({} pages)",
+                        maximum.0, ty.minimum.0
+                    ),
+                });
+            }
+        }
+        let mut slot = take_slot().map_err(|err| MemoryError::Region(err.to_string()))?;
+        let bytes = ty.minimum.bytes().0;
+        slot.set_accessible(bytes)
+            .map_err(|err| MemoryError::Region(err.to_string()))?;
+        let value = VMMemoryDefinition {
+            base: slot.base.as_ptr(),
+            current_length: bytes,
+        };
+        let definition = match location {
+            Some(mut ptr) => {
+                // SAFETY: the caller guarantees the location is valid.
+                unsafe { *ptr.as_mut() = value };
+                Definition::Instance(ptr)
+            }
+            None => Definition::Own(Box::new(UnsafeCell::new(value))),
+        };
+        Ok(Self {
+            slot: Some(slot),
+            definition,
+            ty: *ty,
+            size: ty.minimum,
+            refused,
+        })
+    }
+
+    fn refuse(&self, delta: Pages) -> MemoryError {
+        if let Some(refused) = &self.refused {
+            refused.store(true, Ordering::Release);
+        }
+        MemoryError::CouldNotGrow {
+            current: self.size,
+            attempted_delta: delta,
+        }
+    }
+}
+
+impl LinearMemory for PooledMemory {
+    fn ty(&self) -> MemoryType {
+        MemoryType::new(self.size, self.ty.maximum, false)
+    }
+
+    fn size(&self) -> Pages {
+        self.size
+    }
+
+    fn style(&self) -> MemoryStyle {
+        MemoryStyle::Static
+    }
+
+    fn grow(&mut self, delta: Pages) -> Result<Pages, MemoryError> {
+        if delta.0 == 0 {
+            return Ok(self.size);
+        }
+        let Some(new_size) = self.size.checked_add(delta) else {
+            return Err(self.refuse(delta));
+        };
+        let maximum = self.ty.maximum.unwrap_or(Pages::max_value());
+        if new_size > maximum || new_size > Pages::max_value() {
+            return Err(self.refuse(delta));
+        }
+        let bytes = new_size.bytes().0;
+        let slot = self
+            .slot
+            .as_mut()
+            .expect("a memory has its slot until it is dropped");
+        slot.set_accessible(bytes)
+            .map_err(|err| MemoryError::Region(err.to_string()))?;
+        // SAFETY: the definition is valid for the memory's life (see `new`); the guest is
+        // suspended in `memory.grow` while it changes.
+        unsafe { (*self.definition.ptr().as_ptr()).current_length = bytes };
+        let previous = self.size;
+        self.size = new_size;
+        Ok(previous)
+    }
+
+    fn grow_at_least(&mut self, min_size: u64) -> Result<(), MemoryError> {
+        let current = self.size.bytes().0 as u64;
+        if current < min_size {
+            let pages = (min_size - current).div_ceil(WASM_PAGE_SIZE as u64);
+            let delta = Pages(u32::try_from(pages).unwrap_or(u32::MAX));
+            self.grow(delta)?;
+        }
+        Ok(())
+    }
+
+    fn vmmemory(&self) -> NonNull<VMMemoryDefinition> {
+        self.definition.ptr()
+    }
+
+    fn try_clone(&self) -> Result<Box<dyn LinearMemory + Send + Sync + 'static>, MemoryError> {
+        Err(MemoryError::MemoryNotShared)
+    }
+
+    fn copy(&self) -> Result<Box<dyn LinearMemory + Send + Sync + 'static>, MemoryError> {
+        Err(MemoryError::UnsupportedOperation {
+            message: "pooled memories are not copied".into(),
+        })
+    }
+}
+
+impl Drop for PooledMemory {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            give_back(slot);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(memory: &PooledMemory) -> &mut [u8] {
+        let definition = memory.vmmemory();
+        // SAFETY: the test owns the memory and nothing else uses it.
+        unsafe {
+            let definition = definition.as_ref();
+            std::slice::from_raw_parts_mut(definition.base, definition.current_length)
+        }
+    }
+
+    #[test]
+    fn a_reused_slot_reads_as_zero_everywhere() {
+        let ty = MemoryType::new(Pages(2), Some(Pages(4)), false);
+        // SAFETY: no instance: the memory owns its definition.
+        let mut memory = unsafe { PooledMemory::new(&ty, None, None) }.unwrap();
+        memory.grow(Pages(2)).unwrap();
+        let data = bytes(&memory);
+        data[0] = 1;
+        data[70_000] = 2;
+        let last = data.len() - 1;
+        data[last] = 3;
+        drop(memory);
+        for _ in 0..3 {
+            // SAFETY: as above.
+            let memory = unsafe { PooledMemory::new(&ty, None, None) }.unwrap();
+            assert!(bytes(&memory).iter().all(|byte| *byte == 0));
+            assert_eq!(bytes(&memory).len(), 2 * WASM_PAGE_SIZE);
+        }
+    }
+
+    #[test]
+    fn growing_past_the_maximum_is_refused_and_recorded() {
+        let ty = MemoryType::new(Pages(1), Some(Pages(2)), false);
+        let refused = Arc::new(AtomicBool::new(false));
+        // SAFETY: no instance: the memory owns its definition.
+        let mut memory =
+            unsafe { PooledMemory::new(&ty, None, Some(Arc::clone(&refused))) }.unwrap();
+        assert_eq!(memory.grow(Pages(1)).unwrap(), Pages(1));
+        assert!(!refused.load(Ordering::Acquire));
+        assert!(memory.grow(Pages(1)).is_err());
+        assert!(refused.load(Ordering::Acquire));
+        assert_eq!(memory.size(), Pages(2));
+        assert_eq!(bytes(&memory).len(), 2 * WASM_PAGE_SIZE);
+    }
+
+    #[test]
+    fn a_minimum_above_the_maximum_is_an_error() {
+        let ty = MemoryType::new(Pages(3), Some(Pages(2)), false);
+        // SAFETY: no instance: the memory owns its definition.
+        let err = unsafe { PooledMemory::new(&ty, None, None) }.unwrap_err();
+        assert!(err.to_string().contains("less than the minimum"), "{err}");
+    }
+}
