@@ -384,7 +384,7 @@ impl Drop for PooledMemory {
 mod tests {
     use super::*;
 
-    fn bytes(memory: &PooledMemory) -> &mut [u8] {
+    fn bytes(memory: &mut PooledMemory) -> &mut [u8] {
         let definition = memory.vmmemory();
         // SAFETY: the test owns the memory and nothing else uses it.
         unsafe {
@@ -399,7 +399,7 @@ mod tests {
         // SAFETY: no instance: the memory owns its definition.
         let mut memory = unsafe { PooledMemory::new(&ty, None, None) }.unwrap();
         memory.grow(Pages(2)).unwrap();
-        let data = bytes(&memory);
+        let data = bytes(&mut memory);
         data[0] = 1;
         data[70_000] = 2;
         let last = data.len() - 1;
@@ -407,9 +407,9 @@ mod tests {
         drop(memory);
         for _ in 0..3 {
             // SAFETY: as above.
-            let memory = unsafe { PooledMemory::new(&ty, None, None) }.unwrap();
-            assert!(bytes(&memory).iter().all(|byte| *byte == 0));
-            assert_eq!(bytes(&memory).len(), 2 * WASM_PAGE_SIZE);
+            let mut memory = unsafe { PooledMemory::new(&ty, None, None) }.unwrap();
+            assert!(bytes(&mut memory).iter().all(|byte| *byte == 0));
+            assert_eq!(bytes(&mut memory).len(), 2 * WASM_PAGE_SIZE);
         }
     }
 
@@ -425,7 +425,7 @@ mod tests {
         assert!(memory.grow(Pages(1)).is_err());
         assert!(refused.load(Ordering::Acquire));
         assert_eq!(memory.size(), Pages(2));
-        assert_eq!(bytes(&memory).len(), 2 * WASM_PAGE_SIZE);
+        assert_eq!(bytes(&mut memory).len(), 2 * WASM_PAGE_SIZE);
     }
 
     #[test]
