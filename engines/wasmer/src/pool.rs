@@ -11,9 +11,9 @@
 //! slot and only changes which part is accessible.
 //!
 //! Zeroing is what makes reuse safe: a slot leaves the pool only with every byte zero. Pages the
-//! kernel reports resident are cleared with a write; every other page (never touched, or
-//! swapped out) is dropped with `MADV_DONTNEED`, which makes it read as zero. A slot that cannot
-//! be reset is unmapped, never reused.
+//! kernel last reported resident (relearnt every few resets) are cleared with a write; every
+//! other page (never touched, touched since, or swapped out) is dropped with `MADV_DONTNEED`,
+//! which makes it read as zero. A slot that cannot be reset is unmapped, never reused.
 //!
 //! This file owns only memory placement; the cap a memory may grow to is [`crate::memory`]'s.
 
@@ -34,9 +34,12 @@ const MAX_IDLE: usize = 64;
 /// handed back to the kernel whole rather than cleared byte by byte.
 const KEEP_RESIDENT: usize = 16 << 20;
 
-/// The most separate runs of untouched pages a reset drops one by one; beyond it, it is cheaper
-/// to drop the whole memory with one call.
-const MAX_DROPPED_RUNS: usize = 64;
+/// The most separate runs of resident pages a reset clears one by one (each gap between them
+/// costs a call into the kernel); beyond it, the whole memory is dropped with one call.
+const MAX_HOT_RUNS: usize = 32;
+
+/// Resets between two scans of which pages are resident.
+const RESCAN_EVERY: u32 = 16;
 
 fn os_page() -> usize {
     // SAFETY: sysconf has no preconditions.
@@ -54,6 +57,11 @@ fn reservation() -> usize {
 struct Slot {
     base: NonNull<u8>,
     accessible: usize,
+    /// The byte ranges a reset clears in place, ascending; everything else it drops.
+    hot: Vec<(usize, usize)>,
+    resets_since_scan: u32,
+    /// The accessible length when `hot` was learnt.
+    scanned_length: usize,
 }
 
 // SAFETY: a slot is an address range owned by whoever holds the `Slot`; nothing about it is
@@ -81,6 +89,9 @@ impl Slot {
         Ok(Slot {
             base,
             accessible: 0,
+            hot: Vec::new(),
+            resets_since_scan: 0,
+            scanned_length: 0,
         })
     }
 
@@ -105,14 +116,49 @@ impl Slot {
         Ok(())
     }
 
-    /// Zeroes every accessible byte, keeping resident pages resident.
+    /// Zeroes every accessible byte: the hot pages are cleared in place (and so stay
+    /// resident), every other page is dropped. Which pages are hot is learnt from the kernel
+    /// (`mincore`) only every [`RESCAN_EVERY`] resets, because asking costs more than the rest
+    /// of a reset; a page touched outside the hot set in between is dropped like any other, so
+    /// a stale hot set costs page faults, never stale data.
     fn reset(&mut self) -> io::Result<()> {
         if self.accessible == 0 {
             return Ok(());
         }
+        if self.resets_since_scan >= RESCAN_EVERY || self.scanned_length != self.accessible {
+            self.scan();
+        }
+        self.resets_since_scan += 1;
+        let mut cursor = 0;
+        for index in 0..self.hot.len() {
+            let (start, end) = self.hot[index];
+            let end = end.min(self.accessible);
+            if start >= end {
+                break;
+            }
+            if start > cursor {
+                self.drop_pages(cursor, start - cursor)?;
+            }
+            // SAFETY: the range is accessible and owned by this slot; no guest runs on it any
+            // more (its instance is gone) and nothing else holds a reference into it.
+            unsafe { std::ptr::write_bytes(self.base.as_ptr().add(start), 0, end - start) };
+            cursor = end;
+        }
+        if cursor < self.accessible {
+            self.drop_pages(cursor, self.accessible - cursor)?;
+        }
+        Ok(())
+    }
+
+    /// Learns which accessible pages are resident, as byte ranges; an empty set (drop
+    /// everything) when the kernel cannot say, when too much is resident to clear cheaply, or
+    /// when the resident pages are too scattered.
+    fn scan(&mut self) {
+        self.hot.clear();
+        self.resets_since_scan = 0;
+        self.scanned_length = self.accessible;
         let page = os_page();
-        let pages = self.accessible / page;
-        let mut resident = vec![0u8; pages];
+        let mut resident = vec![0u8; self.accessible.div_ceil(page)];
         // SAFETY: the range is this slot's accessible part; the vector has one byte per page.
         let status = unsafe {
             libc::mincore(
@@ -122,40 +168,27 @@ impl Slot {
             )
         };
         if status != 0 {
-            return self.drop_pages(0, self.accessible);
+            return;
         }
-        let resident_pages = resident.iter().filter(|state| *state & 1 == 1).count();
-        if resident_pages * page > KEEP_RESIDENT {
-            return self.drop_pages(0, self.accessible);
-        }
-        // Runs of pages: resident ones are cleared in place, the others dropped.
-        let mut runs: Vec<(usize, usize, bool)> = Vec::new();
+        let mut hot_bytes = 0;
         for (index, state) in resident.iter().enumerate() {
-            let is_resident = state & 1 == 1;
-            match runs.last_mut() {
-                Some((_, end, kind)) if *kind == is_resident && *end == index => *end += 1,
-                _ => runs.push((index, index + 1, is_resident)),
+            if state & 1 == 0 {
+                continue;
+            }
+            hot_bytes += page;
+            let start = index * page;
+            match self.hot.last_mut() {
+                Some((_, end)) if *end == start => *end += page,
+                _ => self.hot.push((start, start + page)),
             }
         }
-        let dropped_runs = runs.iter().filter(|(_, _, kind)| !kind).count();
-        if dropped_runs > MAX_DROPPED_RUNS {
-            return self.drop_pages(0, self.accessible);
+        if hot_bytes > KEEP_RESIDENT || self.hot.len() > MAX_HOT_RUNS {
+            self.hot.clear();
         }
-        for (first, end, is_resident) in runs {
-            let (start, len) = (first * page, (end - first) * page);
-            if is_resident {
-                // SAFETY: the range is accessible and owned by this slot; no guest runs on it
-                // any more (its instance is gone) and nothing else holds a reference into it.
-                unsafe { std::ptr::write_bytes(self.base.as_ptr().add(start), 0, len) };
-            } else {
-                self.drop_pages(start, len)?;
-            }
-        }
-        Ok(())
     }
 
     /// Hands pages back to the kernel; they read as zero afterwards.
-    fn drop_pages(&mut self, start: usize, len: usize) -> io::Result<()> {
+    fn drop_pages(&self, start: usize, len: usize) -> io::Result<()> {
         // SAFETY: the range lies inside this slot's accessible part, which only this slot uses
         // and nothing references now.
         let status = unsafe {
@@ -396,20 +429,22 @@ mod tests {
     #[test]
     fn a_reused_slot_reads_as_zero_everywhere() {
         let ty = MemoryType::new(Pages(2), Some(Pages(4)), false);
-        // SAFETY: no instance: the memory owns its definition.
-        let mut memory = unsafe { PooledMemory::new(&ty, None, None) }.unwrap();
-        memory.grow(Pages(2)).unwrap();
-        let data = bytes(&mut memory);
-        data[0] = 1;
-        data[70_000] = 2;
-        let last = data.len() - 1;
-        data[last] = 3;
-        drop(memory);
-        for _ in 0..3 {
-            // SAFETY: as above.
+        // Each round writes somewhere else, so that pages both inside and outside what the
+        // slot last learnt as hot are dirtied before a reset.
+        for round in 0..(2 * RESCAN_EVERY as usize + 3) {
+            // SAFETY: no instance: the memory owns its definition.
             let mut memory = unsafe { PooledMemory::new(&ty, None, None) }.unwrap();
-            assert!(bytes(&mut memory).iter().all(|byte| *byte == 0));
+            assert!(
+                bytes(&mut memory).iter().all(|byte| *byte == 0),
+                "round {round}"
+            );
             assert_eq!(bytes(&mut memory).len(), 2 * WASM_PAGE_SIZE);
+            memory.grow(Pages(2)).unwrap();
+            let data = bytes(&mut memory);
+            let len = data.len();
+            data[(round * 9_973) % len] = 1;
+            data[(round * 70_001 + 4_096) % len] = 2;
+            data[len - 1 - round] = 3;
         }
     }
 
