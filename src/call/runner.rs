@@ -6,7 +6,8 @@
 
 use std::any::Any;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cap_std::ambient_authority;
@@ -154,18 +155,26 @@ fn lazy_volume(root: &VolumeRoot) -> PreopenDir {
     PreopenDir::Lazy(Box::new(move || root.open()))
 }
 
-/// Where a fresh `/volume/tmp` will be made: a random name in the system's temporary folder.
+/// Where a fresh `/volume/tmp` will be made: a name in the system's temporary folder made of a
+/// random part drawn once per process and a counter (most calls never make their volume, so
+/// they should not pay for fresh randomness).
 fn fresh_volume_path() -> PathBuf {
-    let mut bytes = [0u8; 12];
-    // A clash is only a failed mkdir, never a shared folder: the folder is made with
-    // create-new semantics. An unavailable random source falls back to the clock.
-    if getrandom::fill(&mut bytes).is_err() {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        bytes.copy_from_slice(&nanos.to_le_bytes()[..12]);
-    }
-    std::env::temp_dir().join(format!("hako-volume-{}", hex::encode(bytes)))
+    static PREFIX: OnceLock<String> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let prefix = PREFIX.get_or_init(|| {
+        let mut bytes = [0u8; 12];
+        // A clash is only a failed mkdir, never a shared folder: the folder is made with
+        // create-new semantics. An unavailable random source falls back to the clock.
+        if getrandom::fill(&mut bytes).is_err() {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            bytes.copy_from_slice(&nanos.to_le_bytes()[..12]);
+        }
+        format!("hako-volume-{}-{}", std::process::id(), hex::encode(bytes))
+    });
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!("{prefix}-{n}"))
 }
 
 /// What a call's mounts leave on the host: the preopens in the ABI's order, the volume

@@ -38,6 +38,9 @@ const KEEP_RESIDENT: usize = 16 << 20;
 /// costs a call into the kernel); beyond it, the whole memory is dropped with one call.
 const MAX_HOT_RUNS: usize = 32;
 
+/// The longest run of untouched pages between two resident ones that a reset clears in place.
+const MERGE_GAP_PAGES: usize = 8;
+
 /// Resets between two scans of which pages are resident.
 const RESCAN_EVERY: u32 = 16;
 
@@ -175,11 +178,18 @@ impl Slot {
             if state & 1 == 0 {
                 continue;
             }
-            hot_bytes += page;
             let start = index * page;
+            // A short gap between two hot runs is cleared with them: writing a few pages costs
+            // less than another call into the kernel to drop them.
             match self.hot.last_mut() {
-                Some((_, end)) if *end == start => *end += page,
-                _ => self.hot.push((start, start + page)),
+                Some((_, end)) if start - *end <= MERGE_GAP_PAGES * page => {
+                    hot_bytes += start + page - *end;
+                    *end = start + page;
+                }
+                _ => {
+                    hot_bytes += page;
+                    self.hot.push((start, start + page));
+                }
             }
         }
         if hot_bytes > KEEP_RESIDENT || self.hot.len() > MAX_HOT_RUNS {
