@@ -21,6 +21,8 @@ mod imports;
 
 use std::sync::Arc;
 
+pub use bytes::Bytes;
+
 pub use imports::{Import, ValType, HTTP_MODULE, WASI_MODULE};
 
 /// Why a host call stops the guest instead of returning to it.
@@ -157,12 +159,13 @@ pub trait Engine: Send + Sync {
     /// Compiles a validated module.
     fn compile(&self, wasm: &[u8]) -> Result<Arc<dyn Module>, EngineError>;
 
-    /// Loads an artifact from its bytes, taken by value so that no copy is made.
+    /// Loads an artifact from its bytes, taken as shared bytes (often a mapping of the artifact
+    /// file) so that an engine that can keep them need not copy them.
     ///
     /// # Safety
     /// `bytes` must be exactly what [`Module::serialize`] produced on an engine with this
     /// [`EngineIdentity`]; the bytes are native code and are not checked. Callers verify a
     /// checksum and a header first.
     #[allow(unsafe_code)] // the contract is on the caller; this crate runs nothing
-    unsafe fn deserialize(&self, bytes: Vec<u8>) -> Result<Arc<dyn Module>, EngineError>;
+    unsafe fn deserialize(&self, bytes: Bytes) -> Result<Arc<dyn Module>, EngineError>;
 }

@@ -23,8 +23,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use hako_engine_api::{
-    Engine, EngineError, EngineIdentity, Host, Import, Interrupt, Module, RunExit, RunLimits,
-    RunResult, Stop, Watchdog,
+    Bytes, Engine, EngineError, EngineIdentity, Host, Import, Interrupt, Module, RunExit,
+    RunLimits, RunResult, Stop, Watchdog,
 };
 use wasmer::sys::{CpuFeature, EngineBuilder, Features, NativeEngineExt, Target, Triple};
 use wasmer::{Exports, FunctionEnv, Imports, Instance, InstantiationError, Store, TypedFunction};
@@ -205,7 +205,7 @@ impl Engine for WasmerEngine {
     }
 
     #[allow(unsafe_code)]
-    unsafe fn deserialize(&self, bytes: Vec<u8>) -> Result<Arc<dyn Module>, EngineError> {
+    unsafe fn deserialize(&self, bytes: Bytes) -> Result<Arc<dyn Module>, EngineError> {
         if !self.runs_here {
             return Err(EngineError::ForeignTarget {
                 triple: self.identity.triple.clone(),
