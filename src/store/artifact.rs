@@ -179,10 +179,13 @@ impl ArtifactCache {
         // artifact files by renaming new ones over them, never by writing into them, so the
         // mapped bytes do not change while they are used.
         #[allow(unsafe_code)]
+        // Populated up front: one call maps every page instead of a fault per page.
         let mapped =
-            unsafe { memmap2::Mmap::map(&file) }.map_err(|source| ArtifactError::Read {
-                path: path.clone(),
-                source,
+            unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(|source| {
+                ArtifactError::Read {
+                    path: path.clone(),
+                    source,
+                }
             })?;
         let payload_len = verify(&mapped, key).map_err(|reason| ArtifactError::Refused {
             path: path.clone(),
