@@ -27,7 +27,7 @@ use hako_engine_api::{
     RunLimits, RunResult, Stop, Watchdog,
 };
 use wasmer::sys::{CpuFeature, EngineBuilder, Features, NativeEngineExt, Target, Triple};
-use wasmer::{Exports, FunctionEnv, Imports, Instance, InstantiationError, Store, TypedFunction};
+use wasmer::{Exports, Extern, FunctionEnv, Instance, InstantiationError, Store, TypedFunction};
 
 use link::{HostEnv, HostStop};
 use memory::{CapScope, CappedTunables};
@@ -282,8 +282,13 @@ impl Module for WasmerModule {
 }
 
 impl WasmerModule {
-    fn imports(&self, store: &mut Store, env: &FunctionEnv<HostEnv>) -> Result<Imports, String> {
-        let mut imports = Imports::new();
+    /// The module's imports in its own order, so that instantiation needs no lookup by name.
+    fn imports(
+        &self,
+        store: &mut Store,
+        env: &FunctionEnv<HostEnv>,
+    ) -> Result<Vec<Extern>, String> {
+        let mut imports = Vec::with_capacity(self.module.imports().len());
         for import in self.module.imports() {
             let Some(known) = Import::lookup(import.module(), import.name()) else {
                 return Err(format!(
@@ -299,7 +304,7 @@ impl WasmerModule {
                     import.name()
                 )
             })?;
-            imports.define(import.module(), import.name(), function);
+            imports.push(Extern::Function(function));
         }
         Ok(imports)
     }
@@ -321,7 +326,7 @@ impl WasmerModule {
         // `Instance::new` runs a start function; arm them here too, so that a start function
         // that never returns is still stopped by the deadline.
         let instantiated = match wasmer_vm::interrupt_registry::install(store.id()) {
-            Ok(_armed) => Instance::new(store, &self.module, &imports),
+            Ok(_armed) => Instance::new_by_index(store, &self.module, &imports),
             Err(_already_interrupted) => return RunExit::Interrupted,
         };
         let instance = match instantiated {
