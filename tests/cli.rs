@@ -318,6 +318,79 @@ fn allow_host_and_policy_flags_reach_the_broker() {
     assert!(String::from_utf8_lossy(&typo.stderr).contains("allow_hostz"));
 }
 
+#[cfg(feature = "wasmtime")]
+#[test]
+fn upload_then_call_on_wasmtime_runs_the_same_host() {
+    let store = tempfile::tempdir().unwrap();
+    let greet = support::greet_package_dir();
+    let upload = hako(
+        store.path(),
+        &["upload", path(&greet), "--engine", "wasmtime", "--json"],
+    );
+    assert_eq!(
+        status(&upload),
+        0,
+        "{}",
+        String::from_utf8_lossy(&upload.stderr)
+    );
+    let call = hako(
+        store.path(),
+        &[
+            "call",
+            "greet",
+            "greet",
+            r#"{"name":"Ada"}"#,
+            "--engine",
+            "wasmtime",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        status(&call),
+        0,
+        "{}",
+        String::from_utf8_lossy(&call.stderr)
+    );
+    let outcome = stdout_json(&call);
+    assert_eq!(outcome["stats"]["compiled"], json!(false));
+    assert_eq!(
+        outcome["result"]["structuredContent"],
+        json!({"message": "Hello, Ada!"})
+    );
+
+    let fixture = support::fixture_package("fixture", None);
+    let crashed = hako(
+        store.path(),
+        &[
+            "call",
+            path(fixture.path()),
+            "oom",
+            "--memory",
+            "16",
+            "--engine",
+            "wasmtime",
+            "--json",
+        ],
+    );
+    assert_eq!(status(&crashed), 3);
+    assert_eq!(stdout_json(&crashed)["crash"]["kind"], "out_of_memory");
+
+    let refused = hako(
+        store.path(),
+        &[
+            "call",
+            "greet",
+            "greet",
+            "--engine",
+            "wasmtime",
+            "--compiler",
+            "singlepass",
+        ],
+    );
+    assert_eq!(status(&refused), 2);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("its own cranelift"));
+}
+
 #[test]
 fn usage_errors_exit_two() {
     let store = tempfile::tempdir().unwrap();

@@ -1,0 +1,592 @@
+//! A compiled module and its runs: one store per run with the host, the memory cap and the
+//! interrupt; instantiation from the pre-resolved imports (which runs any start function);
+//! `_start`; and how the run ended, as the engine-neutral [`RunExit`]. Code compiled for another
+//! target is kept as bytes and never run.
+//!
+//! This file does not decide what a crash is: it reports how the guest stopped.
+
+use std::sync::Arc;
+
+use hako_engine_api::{EngineError, Host, Module, RunExit, RunLimits, RunResult, Stop, Watchdog};
+use wasmtime::{InstancePre, PoolConcurrencyLimitError, Store, Trap, TypedFunc};
+
+use crate::limits::{self, MemoryCap};
+use crate::link::{self, describe, HostStop, RunState};
+use crate::PoolConfig;
+
+/// Code compiled for another machine: it can be stored, never run.
+pub(crate) struct ForeignModule {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) triple: String,
+}
+
+impl Module for ForeignModule {
+    fn serialize(&self) -> Result<Vec<u8>, EngineError> {
+        Ok(self.bytes.clone())
+    }
+
+    fn run(&self, host: Box<dyn Host>, _limits: RunLimits, _watchdog: &dyn Watchdog) -> RunResult {
+        RunResult {
+            exit: RunExit::Instantiate(format!(
+                "this module was compiled for {} and cannot run here",
+                self.triple
+            )),
+            host,
+            memory_bytes: 0,
+        }
+    }
+}
+
+/// A module compiled for this machine, its imports already resolved.
+pub(crate) struct NativeModule {
+    module: wasmtime::Module,
+    /// The module ready to instantiate, or why it cannot be (reported by every run).
+    pre: Result<InstancePre<RunState>, String>,
+    pool: PoolConfig,
+}
+
+impl NativeModule {
+    pub(crate) fn new(module: wasmtime::Module, pool: PoolConfig) -> Self {
+        let pre = link::instance_pre(module.engine(), &module);
+        Self { module, pre, pool }
+    }
+
+    fn instantiate_and_start(
+        &self,
+        store: &mut Store<RunState>,
+        limits: RunLimits,
+        watchdog: &dyn Watchdog,
+    ) -> RunExit {
+        let pre = match &self.pre {
+            Ok(pre) => pre,
+            Err(message) => return RunExit::Instantiate(message.clone()),
+        };
+        if limits.max_memory_bytes > self.pool.max_memory_bytes {
+            return RunExit::Instantiate(format!(
+                "the memory cap of {} bytes is above the {} bytes a slot of the wasmtime \
+                 instance pool holds",
+                limits.max_memory_bytes, self.pool.max_memory_bytes
+            ));
+        }
+        // Armed before instantiation, which runs the start function.
+        watchdog.arm(Arc::new(limits::arm(store)));
+        let instance = match pre.instantiate(&mut *store) {
+            Ok(instance) => instance,
+            Err(error) => {
+                return self.instantiation_failed(error, store.data().cap.refused(), limits)
+            }
+        };
+        let (memory, start) = match entry_points(&instance, store) {
+            Ok(entry_points) => entry_points,
+            Err(message) => return RunExit::Instantiate(message),
+        };
+        store.data_mut().memory = Some(memory);
+        match start.call(&mut *store, ()) {
+            Ok(()) => RunExit::Returned,
+            Err(error) => classify(&error, store.data().cap.refused()),
+        }
+    }
+
+    /// How a run ended whose instantiation failed: in the start function, at the memory cap,
+    /// for want of a free slot, or for a reason that is no guest behaviour. (What can never fit
+    /// a slot, such as a table above the pool's limit, was refused when the module was compiled
+    /// or loaded.)
+    fn instantiation_failed(
+        &self,
+        error: wasmtime::Error,
+        refused: bool,
+        limits: RunLimits,
+    ) -> RunExit {
+        if error.is::<HostStop>() || error.is::<Trap>() {
+            return classify(&error, refused);
+        }
+        if refused {
+            return RunExit::OutOfMemory(format!(
+                "the module's initial memory is above the cap of {} bytes: {}",
+                limits.max_memory_bytes,
+                describe(&error)
+            ));
+        }
+        if error.is::<PoolConcurrencyLimitError>() {
+            return RunExit::Instantiate(format!(
+                "all {} slots of the wasmtime instance pool are in use: {}",
+                self.pool.slots,
+                describe(&error)
+            ));
+        }
+        RunExit::Instantiate(format!("instantiating on wasmtime: {}", describe(&error)))
+    }
+}
+
+impl Module for NativeModule {
+    fn serialize(&self) -> Result<Vec<u8>, EngineError> {
+        self.module
+            .serialize()
+            .map_err(|err| EngineError::Serialize(describe(&err)))
+    }
+
+    fn run(&self, host: Box<dyn Host>, limits: RunLimits, watchdog: &dyn Watchdog) -> RunResult {
+        let mut store = Store::new(
+            self.module.engine(),
+            RunState {
+                host: Some(host),
+                memory: None,
+                cap: MemoryCap::new(limits.max_memory_bytes),
+            },
+        );
+        store.limiter(|state| &mut state.cap);
+        let exit = self.instantiate_and_start(&mut store, limits, watchdog);
+        let memory_bytes = store
+            .data()
+            .memory
+            .map_or(0, |memory| memory.data_size(&store) as u64);
+        let host = store
+            .data_mut()
+            .host
+            .take()
+            .expect("the host is only taken back here, once per run");
+        RunResult {
+            exit,
+            host,
+            memory_bytes,
+        }
+    }
+}
+
+fn entry_points(
+    instance: &wasmtime::Instance,
+    store: &mut Store<RunState>,
+) -> Result<(wasmtime::Memory, TypedFunc<(), ()>), String> {
+    let memory = instance
+        .get_memory(&mut *store, "memory")
+        .ok_or("export memory: the module exports no memory of that name")?;
+    let start = instance
+        .get_typed_func::<(), ()>(&mut *store, "_start")
+        .map_err(|err| format!("export _start: {}", describe(&err)))?;
+    Ok((memory, start))
+}
+
+/// How a run that ended in an error ended.
+fn classify(error: &wasmtime::Error, refused: bool) -> RunExit {
+    if let Some(HostStop(stop)) = error.downcast_ref::<HostStop>() {
+        return match stop {
+            Stop::Exit(code) => RunExit::Exited(*code),
+            Stop::Abort => RunExit::Aborted,
+        };
+    }
+    let message = match error.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => return RunExit::Interrupted,
+        Some(trap) => trap.to_string(),
+        None => describe(error),
+    };
+    if refused {
+        RunExit::OutOfMemory(format!(
+            "the guest was refused memory at its cap, then trapped: {message}"
+        ))
+    } else {
+        RunExit::Trap(message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::WasmtimeEngine;
+    use hako_engine_api::Engine;
+    use hako_engine_api::{Import, Interrupt};
+    use std::any::Any;
+    use std::sync::mpsc;
+    use std::sync::Mutex;
+
+    type Answer = Box<dyn FnMut(Import, &[u64]) -> Result<i32, Stop> + Send>;
+
+    /// What a test host was asked: the import, its raw arguments, and the memory's size.
+    type Seen = Arc<Mutex<Vec<(Import, Vec<u64>, usize)>>>;
+
+    /// A host that answers every call with `answer` and records what it was asked.
+    struct TestHost {
+        answer: Answer,
+        seen: Seen,
+    }
+
+    impl Host for TestHost {
+        fn call(&mut self, import: Import, args: &[u64], memory: &mut [u8]) -> Result<i32, Stop> {
+            let seen = (import, args.to_vec(), memory.len());
+            self.seen.lock().unwrap().push(seen);
+            (self.answer)(import, args)
+        }
+
+        fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+            self
+        }
+    }
+
+    fn host(
+        answer: impl FnMut(Import, &[u64]) -> Result<i32, Stop> + Send + 'static,
+    ) -> (Box<dyn Host>, Seen) {
+        let seen = Seen::default();
+        let host = TestHost {
+            answer: Box::new(answer),
+            seen: Arc::clone(&seen),
+        };
+        (Box::new(host), seen)
+    }
+
+    /// A watchdog whose deadline never comes.
+    struct Never;
+
+    impl Watchdog for Never {
+        fn arm(&self, _interrupt: Arc<dyn Interrupt>) {}
+    }
+
+    /// A watchdog whose deadline has passed before the run begins.
+    struct AlreadyPassed;
+
+    impl Watchdog for AlreadyPassed {
+        fn arm(&self, interrupt: Arc<dyn Interrupt>) {
+            interrupt.interrupt();
+        }
+    }
+
+    /// A watchdog that hands the run's interrupt to the test.
+    struct HandOver(Mutex<mpsc::Sender<Arc<dyn Interrupt>>>);
+
+    impl Watchdog for HandOver {
+        fn arm(&self, interrupt: Arc<dyn Interrupt>) {
+            self.0.lock().unwrap().send(interrupt).unwrap();
+        }
+    }
+
+    const MIB: u64 = 1024 * 1024;
+
+    const SMALL_POOL: PoolConfig = PoolConfig {
+        slots: 4,
+        max_memory_bytes: 64 * MIB,
+    };
+
+    fn limits(max_memory_bytes: u64) -> RunLimits {
+        RunLimits { max_memory_bytes }
+    }
+
+    fn engine(pool: PoolConfig) -> WasmtimeEngine {
+        WasmtimeEngine::with_pool(None, pool).unwrap()
+    }
+
+    fn compile(engine: &WasmtimeEngine, wat: &str) -> Arc<dyn Module> {
+        engine.compile(&wat::parse_str(wat).unwrap()).unwrap()
+    }
+
+    /// The answer of a host that does what each call asks: `proc_exit` ends the run.
+    fn obliging(import: Import, args: &[u64]) -> Result<i32, Stop> {
+        match import {
+            Import::ProcExit => Err(Stop::Exit(args[0] as u32)),
+            _ => Ok(0),
+        }
+    }
+
+    fn run(module: &Arc<dyn Module>, cap: u64) -> (RunExit, u64, Seen) {
+        let (host, seen) = host(obliging);
+        let result = module.run(host, limits(cap), &Never);
+        (result.exit, result.memory_bytes, seen)
+    }
+
+    const EXIT_7: &str = r#"(module
+        (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+        (memory (export "memory") 1)
+        (func (export "_start") (call $exit (i32.const 7))))"#;
+
+    const YIELD_THEN_SPIN: &str = r#"(module
+        (import "wasi_snapshot_preview1" "sched_yield" (func $yield (result i32)))
+        (memory (export "memory") 1)
+        (func (export "_start") (drop (call $yield)) (loop $l (br $l))))"#;
+
+    const YIELD_COUNT_YIELD: &str = r#"(module
+        (import "wasi_snapshot_preview1" "sched_yield" (func $yield (result i32)))
+        (memory (export "memory") 1)
+        (func (export "_start") (local $i i32)
+          (drop (call $yield))
+          (loop $l
+            (local.set $i (i32.add (local.get $i) (i32.const 1)))
+            (br_if $l (i32.lt_u (local.get $i) (i32.const 1000))))
+          (drop (call $yield))))"#;
+
+    #[test]
+    fn code_for_another_target_is_compiled_but_never_loaded_or_run() {
+        let foreign = if cfg!(target_arch = "aarch64") {
+            "x86_64-unknown-linux-gnu"
+        } else {
+            "aarch64-unknown-linux-gnu"
+        };
+        let engine = WasmtimeEngine::new(Some(foreign)).unwrap();
+        assert!(!engine.runs_here());
+        assert_eq!(engine.identity().triple, foreign);
+        let module = compile(&engine, EXIT_7);
+        let bytes = module.serialize().unwrap();
+        assert!(!bytes.is_empty());
+        #[allow(unsafe_code)]
+        // SAFETY: the engine refuses foreign code before it reads the bytes.
+        let refused = unsafe { engine.deserialize(bytes) };
+        assert!(matches!(refused, Err(EngineError::ForeignTarget { .. })));
+        let (exit, _, seen) = run(&module, MIB);
+        assert!(
+            matches!(&exit, RunExit::Instantiate(m) if m.contains(foreign)),
+            "{exit:?}"
+        );
+        assert!(seen.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_artifact_loads_back_and_runs() {
+        let engine = engine(SMALL_POOL);
+        let bytes = compile(&engine, EXIT_7).serialize().unwrap();
+        #[allow(unsafe_code)]
+        // SAFETY: the bytes were serialized just now by this very engine.
+        let module = unsafe { engine.deserialize(bytes) }.unwrap();
+        assert_eq!(run(&module, MIB).0, RunExit::Exited(7));
+    }
+
+    #[test]
+    fn arguments_reach_the_host_raw_with_the_whole_memory() {
+        let engine = engine(SMALL_POOL);
+        let module = compile(
+            &engine,
+            r#"(module
+                (import "wasi_snapshot_preview1" "fd_seek"
+                  (func $seek (param i32 i64 i32 i32) (result i32)))
+                (memory (export "memory") 2)
+                (func (export "_start")
+                  (drop (call $seek (i32.const -1) (i64.const -1) (i32.const 2) (i32.const 3)))))"#,
+        );
+        let (exit, memory_bytes, seen) = run(&module, MIB);
+        assert_eq!(exit, RunExit::Returned);
+        assert_eq!(memory_bytes, 2 * 65_536);
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [(
+                Import::FdSeek,
+                vec![0xFFFF_FFFF, u64::MAX, 2, 3],
+                2 * 65_536
+            )]
+        );
+    }
+
+    #[test]
+    fn a_start_function_sees_no_memory() {
+        let engine = engine(SMALL_POOL);
+        let module = compile(
+            &engine,
+            r#"(module
+                (import "wasi_snapshot_preview1" "sched_yield" (func $yield (result i32)))
+                (memory (export "memory") 1)
+                (func $init (drop (call $yield)))
+                (start $init)
+                (func (export "_start") (drop (call $yield))))"#,
+        );
+        let (exit, _, seen) = run(&module, MIB);
+        assert_eq!(exit, RunExit::Returned);
+        let sizes: Vec<usize> = seen.lock().unwrap().iter().map(|call| call.2).collect();
+        assert_eq!(sizes, [0, 65_536]);
+    }
+
+    #[test]
+    fn host_stops_end_the_run_as_exit_or_abort() {
+        let engine = engine(SMALL_POOL);
+        assert_eq!(run(&compile(&engine, EXIT_7), MIB).0, RunExit::Exited(7));
+        let module = compile(&engine, YIELD_THEN_SPIN);
+        let (host, _) = host(|_, _| Err(Stop::Abort));
+        assert_eq!(module.run(host, limits(MIB), &Never).exit, RunExit::Aborted);
+    }
+
+    #[test]
+    fn an_import_abi_1_does_not_provide_is_named() {
+        let engine = engine(SMALL_POOL);
+        let module = compile(
+            &engine,
+            r#"(module (import "env" "secret" (func))
+                 (memory (export "memory") 1) (func (export "_start")))"#,
+        );
+        let (exit, _, _) = run(&module, MIB);
+        assert!(
+            matches!(&exit, RunExit::Instantiate(m) if m.contains("env.secret")),
+            "{exit:?}"
+        );
+    }
+
+    #[test]
+    fn a_trap_is_reported_with_its_message() {
+        let engine = engine(SMALL_POOL);
+        let module = compile(
+            &engine,
+            r#"(module (memory (export "memory") 1) (func (export "_start") unreachable))"#,
+        );
+        let (exit, _, _) = run(&module, MIB);
+        assert!(
+            matches!(&exit, RunExit::Trap(m) if m.contains("unreachable")),
+            "{exit:?}"
+        );
+    }
+
+    #[test]
+    fn a_trap_after_a_refused_grow_is_out_of_memory() {
+        let engine = engine(SMALL_POOL);
+        let module = compile(
+            &engine,
+            r#"(module (memory (export "memory") 1)
+                (func (export "_start")
+                  (if (i32.eq (memory.grow (i32.const 100)) (i32.const -1))
+                    (then unreachable))))"#,
+        );
+        let (exit, memory_bytes, _) = run(&module, 2 * 65_536);
+        assert!(matches!(exit, RunExit::OutOfMemory(_)), "{exit:?}");
+        assert_eq!(memory_bytes, 65_536);
+        assert_eq!(run(&module, 128 * 65_536).0, RunExit::Returned);
+    }
+
+    #[test]
+    fn an_initial_memory_above_the_cap_is_out_of_memory() {
+        let engine = engine(SMALL_POOL);
+        let module = compile(
+            &engine,
+            r#"(module (memory (export "memory") 10) (func (export "_start")))"#,
+        );
+        let (exit, _, _) = run(&module, 65_536);
+        assert!(
+            matches!(&exit, RunExit::OutOfMemory(m) if m.contains("65536")),
+            "{exit:?}"
+        );
+    }
+
+    #[test]
+    fn an_endless_start_function_is_interrupted() {
+        let engine = engine(SMALL_POOL);
+        let module = compile(
+            &engine,
+            r#"(module (memory (export "memory") 1)
+                (func $forever (loop $l (br $l)))
+                (start $forever)
+                (func (export "_start")))"#,
+        );
+        let (host, _) = host(|_, _| Ok(0));
+        let exit = module.run(host, limits(MIB), &AlreadyPassed).exit;
+        assert_eq!(exit, RunExit::Interrupted);
+    }
+
+    #[test]
+    fn an_interrupt_stops_only_its_own_guest() {
+        let engine = Arc::new(engine(SMALL_POOL));
+        let spinner = compile(&engine, YIELD_THEN_SPIN);
+        let counter = compile(&engine, YIELD_COUNT_YIELD);
+        let (started, started_here) = mpsc::channel::<&str>();
+        let (handed, interrupts) = mpsc::channel();
+        let (proceed, may_proceed) = mpsc::channel::<()>();
+
+        let spinner_started = started.clone();
+        let (spinner_host, _) = host(move |_, _| {
+            spinner_started.send("spinner").unwrap();
+            Ok(0)
+        });
+        let spinning = std::thread::spawn(move || {
+            spinner
+                .run(spinner_host, limits(MIB), &HandOver(Mutex::new(handed)))
+                .exit
+        });
+        let may_proceed = Mutex::new(may_proceed);
+        let mut first = true;
+        let (counter_host, seen) = host(move |_, _| {
+            if std::mem::take(&mut first) {
+                started.send("counter").unwrap();
+                may_proceed.lock().unwrap().recv().unwrap();
+            }
+            Ok(0)
+        });
+        let counting =
+            std::thread::spawn(move || counter.run(counter_host, limits(MIB), &Never).exit);
+
+        let interrupt = interrupts.recv().unwrap();
+        let mut waiting = vec![started_here.recv().unwrap(), started_here.recv().unwrap()];
+        waiting.sort_unstable();
+        assert_eq!(waiting, ["counter", "spinner"]);
+        // The counter is held in a host call while the spinner is interrupted; its own guest
+        // code then runs past the epoch the interrupt moved.
+        interrupt.interrupt();
+        assert_eq!(spinning.join().unwrap(), RunExit::Interrupted);
+        proceed.send(()).unwrap();
+        assert_eq!(counting.join().unwrap(), RunExit::Returned);
+        assert_eq!(seen.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_full_pool_is_reported_not_waited_for() {
+        let engine = Arc::new(engine(PoolConfig {
+            slots: 1,
+            max_memory_bytes: 64 * MIB,
+        }));
+        let holder = compile(&engine, YIELD_COUNT_YIELD);
+        let (inside, is_inside) = mpsc::channel::<()>();
+        let (leave, may_leave) = mpsc::channel::<()>();
+        let may_leave = Mutex::new(may_leave);
+        let mut first = true;
+        let (holder_host, _) = host(move |_, _| {
+            if std::mem::take(&mut first) {
+                inside.send(()).unwrap();
+                may_leave.lock().unwrap().recv().unwrap();
+            }
+            Ok(0)
+        });
+        let holding = std::thread::spawn(move || holder.run(holder_host, limits(MIB), &Never).exit);
+        is_inside.recv().unwrap();
+
+        let (exit, _, _) = run(&compile(&engine, EXIT_7), MIB);
+        assert!(
+            matches!(&exit, RunExit::Instantiate(m) if m.contains("1 slots")),
+            "{exit:?}"
+        );
+        leave.send(()).unwrap();
+        assert_eq!(holding.join().unwrap(), RunExit::Returned);
+        // The slot is free again.
+        assert_eq!(run(&compile(&engine, EXIT_7), MIB).0, RunExit::Exited(7));
+    }
+
+    #[test]
+    fn what_does_not_fit_the_pool_is_said() {
+        let engine = engine(SMALL_POOL);
+        let wasm = wat::parse_str(
+            r#"(module (memory (export "memory") 1) (table 100000 funcref) (func (export "_start")))"#,
+        )
+        .unwrap();
+        let err = engine.compile(&wasm).err().expect("refused").to_string();
+        assert!(err.contains("pooling allocator"), "{err}");
+
+        let (exit, _, _) = run(&compile(&engine, EXIT_7), 128 * MIB);
+        assert!(
+            matches!(&exit, RunExit::Instantiate(m) if m.contains("slot")),
+            "{exit:?}"
+        );
+    }
+
+    #[test]
+    fn webassembly_2_compiles_and_newer_features_do_not() {
+        let engine = engine(SMALL_POOL);
+        let module = compile(
+            &engine,
+            r#"(module (memory (export "memory") 1) (table 1 funcref) (table 1 externref)
+                (func (export "_start")
+                  (memory.fill (i32.const 0) (i32.const 0) (i32.const 1))
+                  (drop (i32.extend8_s (i32.const 1)))
+                  (drop (i32.trunc_sat_f32_s (f32.const 1)))
+                  (drop (i8x16.splat (i32.const 1)))))"#,
+        );
+        assert_eq!(run(&module, MIB).0, RunExit::Returned);
+        for newer in [
+            "(module (func $f (return_call $f)))",
+            "(module (memory 1 1 shared))",
+            "(module (memory 1) (memory 1))",
+            "(module (memory i64 1))",
+            "(module (global i32 (i32.add (i32.const 1) (i32.const 2))))",
+            "(module (func (drop (f32x4.relaxed_madd (v128.const i64x2 0 0) (v128.const i64x2 0 0) (v128.const i64x2 0 0)))))",
+        ] {
+            let wasm = wat::parse_str(newer).unwrap();
+            assert!(engine.compile(&wasm).is_err(), "{newer} compiled");
+        }
+    }
+}
