@@ -23,7 +23,7 @@ mod target;
 
 use std::sync::Arc;
 
-use hako_engine_api::{Engine, EngineError, EngineIdentity, Module};
+use hako_engine_api::{Bytes, Engine, EngineError, EngineIdentity, Module};
 use wasmtime::{
     Collector, Config, Enabled, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig,
     Strategy, WasmFeatures,
@@ -223,7 +223,7 @@ impl Engine for WasmtimeEngine {
     }
 
     #[allow(unsafe_code)]
-    unsafe fn deserialize(&self, bytes: Vec<u8>) -> Result<Arc<dyn Module>, EngineError> {
+    unsafe fn deserialize(&self, bytes: Bytes) -> Result<Arc<dyn Module>, EngineError> {
         if !self.runs_here {
             return Err(EngineError::ForeignTarget {
                 triple: self.identity.triple.clone(),
