@@ -11,11 +11,14 @@
 //! preopened read-only to the package's assets when it has some, no network; `_start` must end
 //! with exit status 0, and the first line the guest printed on stdout is the answer.
 //!
+//! Both link `subako_http.request` and `subako_http.read_response` to stubs that answer
+//! [`HTTP_UNAVAILABLE`] (the ABI's "no answer held"), so every ABI 1 module instantiates, and a
+//! guest that asks for the network learns it has none.
+//!
 //! This crate is engine-neutral at its surface: [`Runtime`] and [`Compiled`] name no engine
 //! type, so the bench times baselines without knowing what they are. It does not parse
-//! JSON-RPC (the bench checks answers with hako's codec), enforce hako's call contract (time
-//! and memory limits, crash kinds) or offer the `subako_http` imports: a package that imports
-//! them does not instantiate here.
+//! JSON-RPC (the bench checks answers with hako's codec) or enforce hako's call contract (time
+//! and memory limits, crash kinds).
 //!
 //! ```
 //! // A build without the baseline features offers none, and says which exist.
@@ -38,6 +41,9 @@ pub const ALL: &[&str] = &["wasmtime-wasi", "wasmer-wasix"];
 
 /// The most stdout a call keeps (the ABI's limit); more is an error.
 pub const STDOUT_LIMIT: usize = 1 << 20;
+
+/// What the `subako_http` stubs answer: `-2`, no answer held.
+pub const HTTP_UNAVAILABLE: i32 = -2;
 
 /// What a baseline failed to do.
 #[derive(Debug, thiserror::Error)]
@@ -120,10 +126,9 @@ pub struct Call<'a> {
 pub fn available() -> Vec<&'static str> {
     ALL.iter()
         .copied()
-        .filter(|name| match *name {
-            "wasmtime-wasi" => cfg!(feature = "wasmtime-wasi"),
-            "wasmer-wasix" => cfg!(feature = "wasmer-wasix"),
-            _ => false,
+        .filter(|name| {
+            (*name == "wasmtime-wasi" && cfg!(feature = "wasmtime-wasi"))
+                || (*name == "wasmer-wasix" && cfg!(feature = "wasmer-wasix"))
         })
         .collect()
 }

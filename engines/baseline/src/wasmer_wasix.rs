@@ -1,20 +1,25 @@
 //! The `wasmer-wasix` baseline: wasmer with cranelift and wasmer-wasix's own WASI layer, as a
 //! wasmer embedder runs a WASI command without the CLI's runner: per call a `WasiEnv` built
-//! with `WasiEnvBuilder` (pipes for stdin, stdout and stderr, the host folders preopened under
-//! their guest names, no networking), instantiated into a fresh `Store` as a
+//! with `WasiEnvBuilder` (pipes for stdin, stdout and stderr; a mount file system holding only
+//! the call's host folders under their guest names, preopened; no networking), instantiated
+//! into a fresh `Store` as a
 //! `WasiFunctionEnv`, `_start` called, then `on_exit`. One `PluggableRuntime` on a small tokio
-//! runtime serves every call, as an embedder keeps one. It does not cap memory or time.
+//! runtime serves every call, as an embedder keeps one; it adds `subako_http` stubs without a
+//! network to every instance. It does not cap memory or time.
 
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
 use wasmer::sys::{Cranelift, EngineBuilder};
-use wasmer::{Engine, Module, Store};
-use wasmer_wasix::virtual_fs::{self, host_fs};
+use wasmer::{imports, Engine, Function, Module, Store};
+use wasmer_wasix::virtual_fs::host_fs;
+use wasmer_wasix::virtual_fs::mount_fs::MountFileSystem;
 use wasmer_wasix::{Pipe, PluggableRuntime, WasiEnv, WasiError};
 
-use crate::{first_line, stderr_tail, BaselineError, Call, Compiled, Runtime, STDOUT_LIMIT};
+use crate::{
+    first_line, stderr_tail, BaselineError, Call, Compiled, Runtime, HTTP_UNAVAILABLE, STDOUT_LIMIT,
+};
 
 const NAME: &str = "wasmer-wasix";
 const WASMER_VERSION: &str = "7.4.2";
@@ -33,12 +38,11 @@ pub struct WasmerWasix {
     shared: Arc<Shared>,
 }
 
-/// What every call of every module uses: the tokio runtime wasmer-wasix's task manager runs
-/// on, its `Runtime`, and the host file system the preopens are resolved in.
+/// What every call of every module uses: the tokio runtime wasmer-wasix's task manager (and
+/// its host file systems) run on, and its `Runtime`.
 struct Shared {
     tokio: tokio::runtime::Runtime,
     runtime: Arc<PluggableRuntime>,
-    host_fs: Arc<dyn virtual_fs::FileSystem + Send + Sync>,
 }
 
 impl WasmerWasix {
@@ -54,10 +58,19 @@ impl WasmerWasix {
             wasmer_wasix::runtime::task_manager::tokio::TokioTaskManager::default(),
         ));
         runtime.set_engine(engine.clone());
-        let host_fs = host_fs::FileSystem::new(tokio.handle().clone(), "/").map_err(setup)?;
+        runtime.with_additional_imports(|_module, store| {
+            let stub = |store: &mut wasmer::StoreMut| {
+                Function::new_typed(store, |_: i32, _: i32| -> i32 { HTTP_UNAVAILABLE })
+            };
+            Ok(imports! {
+                "subako_http" => {
+                    "request" => stub(store),
+                    "read_response" => stub(store),
+                },
+            })
+        });
         let shared = Shared {
             runtime: Arc::new(runtime),
-            host_fs: Arc::new(host_fs),
             tokio,
         };
         Ok(Self {
@@ -148,24 +161,34 @@ impl Compiled for WasmerWasixModule {
         let (mut stdout_host, stdout_guest) = Pipe::channel();
         let (mut stderr_host, stderr_guest) = Pipe::channel();
 
-        let volume_path = volume_tmp.path().to_path_buf();
+        // The guest sees only the call's folders: each host folder mounted at its guest name.
+        let handle = self.shared.tokio.handle();
+        let mounts = MountFileSystem::new();
+        let volume = host_fs::FileSystem::new(handle.clone(), volume_tmp.path()).map_err(setup)?;
+        mounts
+            .mount("/volume/tmp", Arc::new(volume))
+            .map_err(setup)?;
+        if let Some(assets) = call.package_assets {
+            let package = host_fs::FileSystem::new(handle.clone(), assets).map_err(setup)?;
+            mounts.mount("/package", Arc::new(package)).map_err(setup)?;
+        }
         let mut builder = WasiEnv::builder(call.program)
             .runtime(self.shared.runtime.clone())
-            .fs(Arc::clone(&self.shared.host_fs))
+            .mount_fs(mounts)
             .stdin(Box::new(stdin_guest))
             .stdout(Box::new(stdout_guest))
             .stderr(Box::new(stderr_guest))
             .preopen_build(|dir| {
-                dir.directory(&volume_path)
+                dir.directory("/volume/tmp")
                     .alias("/volume/tmp")
                     .read(true)
                     .write(true)
                     .create(true)
             })
             .map_err(setup)?;
-        if let Some(assets) = call.package_assets {
+        if call.package_assets.is_some() {
             builder = builder
-                .preopen_build(|dir| dir.directory(assets).alias("/package").read(true))
+                .preopen_build(|dir| dir.directory("/package").alias("/package").read(true))
                 .map_err(setup)?;
         }
 

@@ -2,7 +2,8 @@
 //! preview 1, as a typical wasmtime host runs a WASI command: one `Linker` with
 //! `p1::add_to_linker_sync`, an `InstancePre` per module, and per call a fresh `Store` holding a
 //! `WasiP1Ctx` built with `WasiCtxBuilder` (in-memory stdin, captured stdout and stderr, the
-//! preopens). It does not cap memory or time: the bench calls only packages that answer.
+//! preopens). `subako_http` is linked to stubs without a network. It does not cap memory or
+//! time: the bench calls only packages that answer.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,7 +16,9 @@ use wasmtime_wasi::p1::{self, WasiP1Ctx};
 use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
-use crate::{first_line, stderr_tail, BaselineError, Call, Compiled, Runtime, STDOUT_LIMIT};
+use crate::{
+    first_line, stderr_tail, BaselineError, Call, Compiled, Runtime, HTTP_UNAVAILABLE, STDOUT_LIMIT,
+};
 
 const NAME: &str = "wasmtime-wasi";
 const WASMTIME_VERSION: &str = "48.0.0";
@@ -51,6 +54,11 @@ impl WasmtimeWasi {
         let engine = Engine::new(&config).map_err(setup)?;
         let mut linker = Linker::new(&engine);
         p1::add_to_linker_sync(&mut linker, |ctx| ctx).map_err(setup)?;
+        for name in ["request", "read_response"] {
+            linker
+                .func_wrap("subako_http", name, |_: i32, _: i32| HTTP_UNAVAILABLE)
+                .map_err(setup)?;
+        }
         Ok(Self {
             engine,
             linker: Arc::new(linker),
