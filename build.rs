@@ -10,8 +10,12 @@ fn main() {
         .output()
         .ok()
         .filter(|output| output.status.success())
-        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string())
-        .unwrap_or_else(|| "rustc (unknown version)".to_string());
+        .map(|output| {
+            let text = String::from_utf8_lossy(&output.stdout);
+            let text = text.trim();
+            text.strip_prefix("rustc ").unwrap_or(text).to_string()
+        })
+        .unwrap_or_else(|| "unknown".to_string());
     println!("cargo:rustc-env=HAKO_RUSTC_VERSION={version}");
     println!("cargo:rerun-if-env-changed=RUSTC");
     println!("cargo:rerun-if-changed=build.rs");

@@ -119,7 +119,7 @@ mod tests {
             ("wasmer".to_string(), "7.4.2".to_string()),
         ]);
         assert_eq!(versions["wasmer"], "7.4.2");
-        assert!(versions["rustc"].starts_with("rustc"));
+        assert!(!versions["rustc"].is_empty());
         assert_eq!(versions.len(), 3);
     }
 }

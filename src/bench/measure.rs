@@ -341,13 +341,13 @@ fn threaded(
 
 fn finish(state: State) -> Measured {
     let calls_per_s = (state.threaded_calls > 0 && !state.threaded_time.is_zero())
-        .then(|| state.threaded_calls as f64 / state.threaded_time.as_secs_f64());
+        .then(|| stats::round_3(state.threaded_calls as f64 / state.threaded_time.as_secs_f64()));
     Measured {
         engine: state.subject.name().to_string(),
         versions: state.subject.versions(),
         is_wasmtime: state.subject.is_wasmtime(),
         notes: state.subject.notes.clone(),
-        compile_ms: stats::median(&state.compile_ms),
+        compile_ms: stats::median(&state.compile_ms).map(stats::round_3),
         artifact_bytes: state.artifact_bytes,
         load_us: state.load.percentiles(),
         call_in_memory_us: state.in_memory.percentiles(),

@@ -29,8 +29,8 @@ impl Samples {
         let mut sorted = self.micros.clone();
         sorted.sort_by(f64::total_cmp);
         Some(Percentiles {
-            p50: nearest_rank(&sorted, 50.0)?,
-            p99: nearest_rank(&sorted, 99.0)?,
+            p50: round_3(nearest_rank(&sorted, 50.0)?),
+            p99: round_3(nearest_rank(&sorted, 99.0)?),
         })
     }
 }
@@ -50,6 +50,11 @@ pub fn nearest_rank(sorted: &[f64], p: f64) -> Option<f64> {
     }
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
     Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// `value` to three decimals: figures are not measured more finely than that.
+pub fn round_3(value: f64) -> f64 {
+    (value * 1000.0).round() / 1000.0
 }
 
 /// The median of `values` (the lower middle one for an even count).
