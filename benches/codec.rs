@@ -1,15 +1,21 @@
 //! The line codec on real guest answers: `parse_line` + `call_result` (simd-json, in place)
 //! against a `serde_json` baseline that makes the same checks, for a greet answer, a 64 KiB
 //! text answer and an answer carrying a 200 KiB inline PNG. Throughput is the line's bytes.
+//! The greet line is the one `examples/greet` prints (serde_json, keys sorted), with an id of
+//! hako's shape; the setup runs the real guest and checks that it prints as many bytes.
 //!
 //! This bench does not run guests; the cold start of a whole call is `benches/cold_start.rs`.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
+use hako::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
+use hako::engines::{self, EngineConfig};
+use hako::http::{NoBroker, PackagePolicy};
 use hako::protocol::{call_result, parse_line, Answer, Line, RequestId};
 use serde_json::{json, Value};
 use std::hint::black_box;
+use std::sync::Arc;
 
 const ID: &str = "call-9f0c2a4b11d3e87a";
 
@@ -120,10 +126,52 @@ fn valid_png_base64(text: &[u8]) -> bool {
         && head.starts_with(b"\x89PNG\r\n\x1a\n")
 }
 
+/// The bytes the real greet guest prints for Ada, newline included.
+fn greet_stdout_bytes() -> u64 {
+    let wasm = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/greet/module.wasm"
+    ))
+    .expect("the greet example is committed");
+    let engine = engines::engine(EngineConfig::DEFAULT, None).expect("the engine builds");
+    let module = engine.compile(&wasm).expect("greet compiles");
+    let outcome = call::call_tool(
+        &module,
+        ToolRequest {
+            program: "greet",
+            tool: "greet",
+            arguments: json!({"name": "Ada"}),
+            limits: Limits::CALL,
+            mounts: Mounts {
+                volume_tmp: VolumeTmp::Fresh,
+                data: None,
+                package_assets: None,
+                skills: Vec::new(),
+            },
+            network: Network {
+                policy: Arc::new(PackagePolicy::default()),
+                broker: Arc::new(NoBroker),
+            },
+        },
+        CallStats::default(),
+    )
+    .expect("the call runs");
+    match outcome {
+        CallOutcome::Answered { stats, .. } => stats.stdout_bytes,
+        crashed => panic!("greet crashed: {crashed:?}"),
+    }
+}
+
 fn codec(c: &mut Criterion) {
     let expected = RequestId::Str(ID.to_string());
+    let fixtures = fixtures();
+    assert_eq!(
+        fixtures[0].1.len() as u64 + 1,
+        greet_stdout_bytes(),
+        "the greet fixture is as long as the line the real guest prints"
+    );
     let mut group = c.benchmark_group("codec");
-    for (name, line) in fixtures() {
+    for (name, line) in fixtures {
         assert_eq!(
             with_simd_json(&mut line.clone(), &expected),
             with_serde_json(&line),

@@ -1,7 +1,9 @@
 //! Cold start: one call of the bundled greet example, end to end through the call contract,
 //! with the module already in memory and with its artifact loaded (verified and deserialized)
 //! from disk each time, for every compiler of this build side by side; and the artifact load
-//! alone.
+//! alone. With `--features baselines` (or one of `wasmtime-wasi`, `wasmer-wasix`) the
+//! comparison baselines get rows too, called through `hako::bench`'s subjects so that their
+//! answers are read with hako's codec like everyone else's.
 //!
 //! `cargo bench --bench cold_start`
 
@@ -9,6 +11,8 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use hako::bench::subject::{Ready, Subject};
+use hako::bench::Workload;
 use hako::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
 use hako::engines::{self, EngineConfig};
 use hako::http::{NoBroker, PackagePolicy};
@@ -55,6 +59,28 @@ fn cold_start(c: &mut Criterion) {
         broker: Arc::new(NoBroker),
     };
     let configs = EngineConfig::all();
+    let workload = Workload {
+        program: "greet".into(),
+        wasm: wasm.clone(),
+        module_sha256: sha.clone(),
+        uses_simd: false,
+        assets: None,
+        tool: "greet".into(),
+        arguments: serde_json::json!({"name": "Ada"}),
+    };
+    let baselines: Vec<(Subject, Ready)> = hako_engine_baseline::available()
+        .into_iter()
+        .map(|name| {
+            let subject = Subject::new(name, &workload, store.artifacts(), dir.path())
+                .expect("the baseline builds");
+            let ready = subject.compile(&wasm).expect("greet compiles");
+            subject
+                .write_artifact(&ready)
+                .expect("the artifact is written");
+            (subject, ready)
+        })
+        .collect();
+    let baseline_id = |subject: &Subject| BenchmarkId::new(subject.name(), "cranelift");
 
     let mut in_memory = c.benchmark_group("call_in_memory");
     for &config in &configs {
@@ -64,6 +90,11 @@ fn cold_start(c: &mut Criterion) {
             BenchmarkId::new(config.kind().name(), config.compiler().name()),
             |b| b.iter(|| greet(&module, &network)),
         );
+    }
+    for (subject, ready) in &baselines {
+        in_memory.bench_function(baseline_id(subject), |b| {
+            b.iter(|| black_box(subject.call(ready, &workload).expect("greet answers")))
+        });
     }
     in_memory.finish();
 
@@ -90,6 +121,14 @@ fn cold_start(c: &mut Criterion) {
             },
         );
     }
+    for (subject, _) in &baselines {
+        from_disk.bench_function(baseline_id(subject), |b| {
+            b.iter(|| {
+                let ready = subject.load().expect("the artifact loads");
+                black_box(subject.call(&ready, &workload).expect("greet answers"))
+            })
+        });
+    }
     from_disk.finish();
 
     let mut load_only = c.benchmark_group("artifact_load");
@@ -110,6 +149,11 @@ fn cold_start(c: &mut Criterion) {
                 })
             },
         );
+    }
+    for (subject, _) in &baselines {
+        load_only.bench_function(baseline_id(subject), |b| {
+            b.iter(|| black_box(subject.load().expect("the artifact loads")))
+        });
     }
     load_only.finish();
 }

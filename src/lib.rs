@@ -5,9 +5,11 @@
 //! it with its precompiled artifacts, [`call`] runs one instance per call inside the
 //! [`sandbox`] (WASI preview 1) with [`http`] (the `subako_http` imports), speaking the line
 //! codec of [`protocol`]; [`upload`] strings check, compile, discovery and store together;
-//! [`serve`] is the HTTP and stdio front end, and [`cli`] drives it all from the command line.
+//! [`serve`] is the HTTP and stdio front end, [`bench`](mod@bench) times engines side by side, and [`cli`]
+//! drives it all from the command line.
 //! No module here names an engine type: engines sit behind [`hako_engine_api`].
 
+pub mod bench;
 pub mod call;
 pub mod cli;
 pub mod engines;

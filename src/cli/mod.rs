@@ -15,6 +15,7 @@ macro_rules! outln {
     }};
 }
 
+mod bench;
 mod call;
 mod check;
 mod serve;
@@ -49,6 +50,8 @@ enum Command {
     Call(call::CallArgs),
     /// Serve the store over HTTP (operator API and MCP), or one package over stdio.
     Serve(serve::ServeArgs),
+    /// Compare engines side by side on one tool of a package.
+    Bench(bench::BenchArgs),
 }
 
 /// How a command failed, and so which exit status it gets.
@@ -87,6 +90,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Tools(args) => tools::run(args),
         Command::Call(args) => call::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }
 

@@ -1,0 +1,395 @@
+//! The measuring of `hako bench`, all in one process: per subject a few compiles (their
+//! median), the artifact written and its size, then a warm-up whose answer must equal the
+//! first subject's; then rounds, each running one batch of every subject in turn (the order
+//! rotated every round), a batch being artifact loads, calls with the module in memory, calls
+//! loading the artifact first, and calls from several threads at once, with the peak RSS read
+//! around it. A crashed call or an answer unlike the reference stops a subject's timing and is
+//! reported; it is never timed as if it had answered.
+//!
+//! It does not print (progress goes through a callback) and does not shape output (`report`).
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use super::stats::{self, Percentiles, Samples};
+use super::subject::{Ready, Subject, Workload};
+use crate::protocol::CallResult;
+
+/// How a run is shaped.
+#[derive(Debug, Clone, Copy)]
+pub struct RunShape {
+    /// Samples of each latency per subject, spread over the rounds.
+    pub iterations: usize,
+    /// Threads calling at once for calls/s.
+    pub threads: usize,
+    /// Compiles per subject; the median is reported.
+    pub compiles: usize,
+    /// Calls of each kind per subject before timing starts.
+    pub warmup: usize,
+    /// Rounds the iterations are spread over.
+    pub rounds: usize,
+}
+
+impl RunShape {
+    /// A shape for `iterations` and `threads`: at most ten rounds, three compiles, a warm-up of
+    /// a tenth of the iterations (at least two calls, at most fifty).
+    pub fn new(iterations: usize, threads: usize) -> Self {
+        let iterations = iterations.max(1);
+        Self {
+            iterations,
+            threads: threads.max(1),
+            compiles: 3,
+            warmup: (iterations / 10).clamp(2, 50),
+            rounds: iterations.min(10),
+        }
+    }
+}
+
+/// What was measured for one subject.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    pub engine: String,
+    pub versions: Vec<(String, String)>,
+    pub is_wasmtime: bool,
+    pub notes: Vec<String>,
+    pub compile_ms: Option<f64>,
+    pub artifact_bytes: Option<u64>,
+    pub load_us: Option<Percentiles>,
+    pub call_in_memory_us: Option<Percentiles>,
+    pub call_from_disk_us: Option<Percentiles>,
+    pub calls_per_s: Option<f64>,
+    pub peak_rss_bytes: Option<u64>,
+    /// The samples behind each latency.
+    pub samples: usize,
+    /// Why the subject's figures are missing or cut short: a crash, another answer.
+    pub failure: Option<String>,
+}
+
+/// What a run found.
+pub struct RunResults {
+    pub measured: Vec<Measured>,
+    /// The answer every subject had to give (the first subject's), as JSON.
+    pub reference: Option<serde_json::Value>,
+    /// How peak RSS was measured.
+    pub rss_method: &'static str,
+}
+
+struct State {
+    subject: Subject,
+    ready: Option<Ready>,
+    compile_ms: Vec<f64>,
+    artifact_bytes: Option<u64>,
+    load: Samples,
+    in_memory: Samples,
+    from_disk: Samples,
+    threaded_calls: u64,
+    threaded_time: Duration,
+    peak_rss: Option<u64>,
+    failure: Option<String>,
+}
+
+impl State {
+    fn fail(&mut self, what: &str, message: String) {
+        if self.failure.is_none() {
+            self.failure = Some(format!("{what}: {message}"));
+        }
+        self.ready = None;
+    }
+}
+
+/// Checks an answer against the reference (set by the first answer of the run).
+fn check(
+    answer: Result<CallResult, String>,
+    reference: &mut Option<CallResult>,
+) -> Result<(), String> {
+    let answer = answer?;
+    match reference {
+        None => {
+            *reference = Some(answer);
+            Ok(())
+        }
+        Some(expected) if *expected == answer => Ok(()),
+        Some(expected) => Err(format!(
+            "it answered {} where the first engine answered {}",
+            json(&answer),
+            json(expected)
+        )),
+    }
+}
+
+fn json(result: &CallResult) -> String {
+    serde_json::to_string(result).unwrap_or_else(|err| format!("<{err}>"))
+}
+
+/// Runs the benchmark of `subjects` on `workload`; `progress` is told what is happening.
+pub fn run(
+    subjects: Vec<Subject>,
+    workload: &Workload,
+    shape: RunShape,
+    progress: &mut dyn FnMut(&str),
+) -> RunResults {
+    let mut reference: Option<CallResult> = None;
+    let mut states: Vec<State> = subjects
+        .into_iter()
+        .map(|subject| State {
+            subject,
+            ready: None,
+            compile_ms: Vec::new(),
+            artifact_bytes: None,
+            load: Samples::default(),
+            in_memory: Samples::default(),
+            from_disk: Samples::default(),
+            threaded_calls: 0,
+            threaded_time: Duration::ZERO,
+            peak_rss: None,
+            failure: None,
+        })
+        .collect();
+
+    for state in &mut states {
+        progress(&format!(
+            "{}: {} compiles, artifact, warm-up",
+            state.subject.name(),
+            shape.compiles
+        ));
+        prepare(state, workload, shape, &mut reference);
+    }
+
+    let can_reset = stats::reset_peak_rss();
+    for round in 0..shape.rounds {
+        let batch =
+            shape.iterations / shape.rounds + usize::from(round < shape.iterations % shape.rounds);
+        let count = states.len();
+        let mut names = Vec::new();
+        for turn in 0..count {
+            let state = &mut states[(round + turn) % count];
+            if state.ready.is_none() {
+                continue;
+            }
+            names.push(state.subject.name().to_string());
+            if can_reset {
+                stats::reset_peak_rss();
+            }
+            run_batch(state, workload, batch, shape.threads, &mut reference);
+            let peak = stats::peak_rss_bytes();
+            state.peak_rss = state.peak_rss.max(peak);
+        }
+        progress(&format!(
+            "round {}/{}: {} samples each of {}",
+            round + 1,
+            shape.rounds,
+            batch,
+            if names.is_empty() {
+                "no engine".to_string()
+            } else {
+                names.join(", ")
+            }
+        ));
+    }
+
+    let measured = states.into_iter().map(finish).collect();
+    RunResults {
+        measured,
+        reference: reference
+            .as_ref()
+            .map(|answer| serde_json::to_value(answer).unwrap_or(serde_json::Value::Null)),
+        rss_method: if can_reset {
+            stats::RSS_METHOD
+        } else {
+            stats::RSS_METHOD_NO_RESET
+        },
+    }
+}
+
+/// Compiles (keeping the last module), writes the artifact, loads it, and warms up.
+fn prepare(
+    state: &mut State,
+    workload: &Workload,
+    shape: RunShape,
+    reference: &mut Option<CallResult>,
+) {
+    for _ in 0..shape.compiles {
+        let started = Instant::now();
+        match state.subject.compile(&workload.wasm) {
+            Ok(ready) => {
+                state.compile_ms.push(started.elapsed().as_secs_f64() * 1e3);
+                state.ready = Some(ready);
+            }
+            Err(err) => return state.fail("compiling", err),
+        }
+    }
+    let Some(ready) = state.ready.clone() else {
+        return;
+    };
+    match state.subject.write_artifact(&ready) {
+        Ok(bytes) => state.artifact_bytes = Some(bytes),
+        Err(err) => return state.fail("writing the artifact", err),
+    }
+    for _ in 0..shape.warmup {
+        if let Err(err) = check(state.subject.call(&ready, workload), reference) {
+            return state.fail("a call with the module in memory", err);
+        }
+        let loaded = match state.subject.load() {
+            Ok(loaded) => loaded,
+            Err(err) => return state.fail("loading the artifact", err),
+        };
+        if let Err(err) = check(state.subject.call(&loaded, workload), reference) {
+            return state.fail("a call with the artifact loaded from disk", err);
+        }
+    }
+}
+
+/// One subject's batch of a round.
+fn run_batch(
+    state: &mut State,
+    workload: &Workload,
+    batch: usize,
+    threads: usize,
+    reference: &mut Option<CallResult>,
+) {
+    let Some(ready) = state.ready.clone() else {
+        return;
+    };
+    for _ in 0..batch {
+        let started = Instant::now();
+        let loaded = state.subject.load();
+        let elapsed = started.elapsed();
+        match loaded {
+            Ok(loaded) => drop(std::hint::black_box(loaded)),
+            Err(err) => return state.fail("loading the artifact", err),
+        }
+        state.load.push(elapsed);
+
+        let started = Instant::now();
+        let answer = state.subject.call(&ready, workload);
+        let elapsed = started.elapsed();
+        if let Err(err) = check(answer, reference) {
+            return state.fail("a call with the module in memory", err);
+        }
+        state.in_memory.push(elapsed);
+
+        let started = Instant::now();
+        let answer = state
+            .subject
+            .load()
+            .and_then(|loaded| state.subject.call(&loaded, workload));
+        let elapsed = started.elapsed();
+        if let Err(err) = check(answer, reference) {
+            return state.fail("a call with the artifact loaded from disk", err);
+        }
+        state.from_disk.push(elapsed);
+    }
+
+    match threaded(
+        &state.subject,
+        &ready,
+        workload,
+        batch.max(1),
+        threads,
+        reference,
+    ) {
+        Ok((calls, elapsed)) => {
+            state.threaded_calls += calls;
+            state.threaded_time += elapsed;
+        }
+        Err(err) => state.fail("a call from several threads", err),
+    }
+}
+
+/// `threads` threads each making `calls` calls with the module in memory, started together.
+/// Returns the calls made and the wall time they took.
+fn threaded(
+    subject: &Subject,
+    ready: &Ready,
+    workload: &Workload,
+    calls: usize,
+    threads: usize,
+    reference: &Option<CallResult>,
+) -> Result<(u64, Duration), String> {
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                let barrier = Arc::clone(&barrier);
+                scope.spawn(move || -> Result<(), String> {
+                    barrier.wait();
+                    for _ in 0..calls {
+                        let answer = subject.call(ready, workload)?;
+                        if let Some(expected) = reference {
+                            if *expected != answer {
+                                return Err(format!("it answered {}", json(&answer)));
+                            }
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        barrier.wait();
+        let started = Instant::now();
+        let mut outcome = Ok(());
+        for worker in workers {
+            let joined = worker
+                .join()
+                .unwrap_or_else(|_| Err("a calling thread panicked".into()));
+            outcome = outcome.and(joined);
+        }
+        let elapsed = started.elapsed();
+        outcome.map(|()| ((calls * threads) as u64, elapsed))
+    })
+}
+
+fn finish(state: State) -> Measured {
+    let calls_per_s = (state.threaded_calls > 0 && !state.threaded_time.is_zero())
+        .then(|| stats::round_3(state.threaded_calls as f64 / state.threaded_time.as_secs_f64()));
+    Measured {
+        engine: state.subject.name().to_string(),
+        versions: state.subject.versions(),
+        is_wasmtime: state.subject.is_wasmtime(),
+        notes: state.subject.notes.clone(),
+        compile_ms: stats::median(&state.compile_ms).map(stats::round_3),
+        artifact_bytes: state.artifact_bytes,
+        load_us: state.load.percentiles(),
+        call_in_memory_us: state.in_memory.percentiles(),
+        call_from_disk_us: state.from_disk.percentiles(),
+        calls_per_s,
+        peak_rss_bytes: state.peak_rss,
+        samples: state.in_memory.len(),
+        failure: state.failure,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::ShownBlock;
+
+    fn text(text: &str) -> CallResult {
+        CallResult {
+            content: vec![ShownBlock::Text { text: text.into() }],
+            structured: None,
+            is_error: false,
+        }
+    }
+
+    #[test]
+    fn the_first_answer_becomes_the_reference_and_others_must_equal_it() {
+        let mut reference = None;
+        assert!(check(Ok(text("hi")), &mut reference).is_ok());
+        assert!(check(Ok(text("hi")), &mut reference).is_ok());
+        let err = check(Ok(text("ho")), &mut reference).unwrap_err();
+        assert!(err.contains("ho") && err.contains("hi"), "{err}");
+        assert_eq!(
+            check(Err("crashed (trap)".into()), &mut reference).unwrap_err(),
+            "crashed (trap)"
+        );
+    }
+
+    #[test]
+    fn a_shape_spreads_iterations_over_at_most_ten_rounds() {
+        let shape = RunShape::new(3, 0);
+        assert_eq!((shape.rounds, shape.threads, shape.warmup), (3, 1, 2));
+        let shape = RunShape::new(1000, 4);
+        assert_eq!((shape.rounds, shape.warmup), (10, 50));
+    }
+}

@@ -1,0 +1,201 @@
+//! `hako bench PACKAGE|NAME [--tool T] [--args JSON] [--engines LIST] [--iterations N]
+//! [--threads N] [--json] [--plot FILE.svg]`: engines side by side on one tool of one package,
+//! interleaved in this process after a warm-up. Prints a table (or, with `--json`, the object
+//! DESIGN.md specifies), draws an SVG plot when asked, and shows progress on stderr.
+//!
+//! It finds the package and its tools (discovering them for a package on disk) and checks what
+//! was asked; the measuring is [`crate::bench`]'s. Exit status: 0 when every engine answered
+//! every call alike, 3 when one crashed or answered otherwise (the table says which), 2 for
+//! an unknown engine or tool.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{note, Failure, Target};
+use crate::bench::{self, plot, RunShape, Workload};
+use crate::engines::{self, EngineConfig};
+use crate::package::tools::Tool;
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// A package folder or archive, or the name of a stored package.
+    package: String,
+    /// The tool to call (default: the first tool the package offers).
+    #[arg(long)]
+    tool: Option<String>,
+    /// The tool's arguments, a JSON object (default: {}).
+    #[arg(long = "args", value_name = "JSON")]
+    arguments: Option<String>,
+    /// Comma-separated engines: wasmer-singlepass, wasmer-cranelift, wasmer-llvm, wasmtime,
+    /// wasmtime-wasi, wasmer-wasix (default: every one this build has).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    engines: Vec<String>,
+    /// Samples of each latency per engine.
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    iterations: usize,
+    /// Threads calling at once for calls/s (default: the cores this process may use).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Print the results as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Draw the comparison as an SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// The store folder, for a stored package (default: $HAKO_STORE, else ./.hako).
+    #[arg(long, env = "HAKO_STORE")]
+    store: Option<PathBuf>,
+}
+
+pub fn run(args: BenchArgs) -> Result<(), Failure> {
+    let engines = engine_names(&args.engines)?;
+    let arguments = match args.arguments.as_deref() {
+        None => serde_json::json!({}),
+        Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(value) if value.is_object() => value,
+            Ok(_) => return Err(Failure::Usage("--args must be a JSON object".into())),
+            Err(err) => return Err(Failure::Usage(format!("--args is not JSON: {err}"))),
+        },
+    };
+    if args.iterations == 0 {
+        return Err(Failure::Usage("--iterations must be at least 1".into()));
+    }
+    if args.threads == Some(0) {
+        return Err(Failure::Usage("--threads must be at least 1".into()));
+    }
+    if let Some(path) = &args.plot {
+        plot::check_path(path).map_err(|err| Failure::Usage(err.to_string()))?;
+    }
+
+    // The package (kept alive: an archive's assets live in its temp folder) and its tools.
+    let (_package, mut workload, tools) = match super::target(&args.package) {
+        Target::Path(path) => {
+            let package = super::load_package(&path)?;
+            let workload = Workload {
+                program: package.manifest.name.clone(),
+                wasm: package.wasm.clone(),
+                module_sha256: package.module_sha256.clone(),
+                uses_simd: package.uses_simd,
+                assets: package.assets.clone(),
+                tool: String::new(),
+                arguments: serde_json::Value::Null,
+            };
+            let tools = discover(&workload)?;
+            (Some(package), workload, tools)
+        }
+        Target::Stored(name) => {
+            let store = super::open_store(args.store.as_deref())?;
+            let stored = super::stored(&store, &name)?;
+            let workload = Workload {
+                program: name,
+                wasm: stored.wasm().map_err(|err| Failure::Host(err.into()))?,
+                module_sha256: stored.record.module_sha256.clone(),
+                uses_simd: stored.record.uses_simd,
+                assets: stored.assets(),
+                tool: String::new(),
+                arguments: serde_json::Value::Null,
+            };
+            (None, workload, stored.tools)
+        }
+    };
+    workload.tool = choose_tool(&workload.program, args.tool.as_deref(), &tools)?;
+    workload.arguments = arguments;
+
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let shape = RunShape::new(args.iterations, threads);
+    let mut progress = progress_printer();
+    let report = bench::run(&engines, &workload, shape, &mut progress)
+        .map_err(|err| Failure::Host(err.into()))?;
+    progress("done");
+
+    if args.json {
+        outln!("{}", report.to_json());
+    } else {
+        outln!("{}", report.to_table().trim_end());
+    }
+    if let Some(path) = &args.plot {
+        plot::write(&report, path).map_err(|err| Failure::Host(err.into()))?;
+        note(&format!("plot written to {}", path.display()));
+    }
+    if report.all_answered() {
+        Ok(())
+    } else {
+        note("an engine crashed or answered otherwise: its figures are cut short");
+        Err(Failure::Crashed)
+    }
+}
+
+/// The engines asked for, each checked, without repeats; every engine of the build when none.
+fn engine_names(asked: &[String]) -> Result<Vec<String>, Failure> {
+    let asked: Vec<String> = asked
+        .iter()
+        .map(|name| name.trim().to_string())
+        .filter(|name| !name.is_empty())
+        .collect();
+    if asked.is_empty() {
+        return Ok(bench::available());
+    }
+    let mut names: Vec<String> = Vec::new();
+    for name in asked {
+        if let Some(refusal) = bench::refusal(&name) {
+            return Err(Failure::Usage(refusal));
+        }
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}
+
+/// Runs discovery on a package from disk, with hako's default engine.
+fn discover(workload: &Workload) -> Result<Vec<Tool>, Failure> {
+    let (config, _) = engines::effective_config(EngineConfig::DEFAULT, workload.uses_simd);
+    let engine = engines::engine(config, None).map_err(|err| Failure::Host(err.into()))?;
+    let module = engine
+        .compile(&workload.wasm)
+        .map_err(|err| Failure::Host(err.into()))?;
+    match crate::call::discover(&module, &workload.program, workload.assets.clone()) {
+        Ok(discovery) => Ok(discovery.tools),
+        Err(crate::call::DiscoveryError::Run(err)) => Err(Failure::Host(err.into())),
+        Err(refusal) => {
+            eprintln!("hako: {} is refused: {refusal}", workload.program);
+            Err(Failure::Refused)
+        }
+    }
+}
+
+/// The tool asked for, or the first the package offers; an unknown tool names those it offers.
+fn choose_tool(package: &str, asked: Option<&str>, tools: &[Tool]) -> Result<String, Failure> {
+    let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_str()).collect();
+    match asked {
+        Some(tool) if names.contains(&tool) => Ok(tool.to_string()),
+        Some(tool) => Err(Failure::Usage(format!(
+            "{package} offers no tool {tool:?} (it offers: {})",
+            names.join(", ")
+        ))),
+        None => names
+            .first()
+            .map(|tool| tool.to_string())
+            .ok_or_else(|| Failure::Usage(format!("{package} offers no tools"))),
+    }
+}
+
+/// Progress on stderr: one line per step, or one line rewritten in place on a terminal.
+fn progress_printer() -> impl FnMut(&str) {
+    let terminal = std::io::stderr().is_terminal();
+    move |message: &str| {
+        if terminal {
+            if message == "done" {
+                eprint!("\r\x1b[K");
+            } else {
+                eprint!("\r\x1b[Khako bench: {message}");
+            }
+        } else if message != "done" {
+            eprintln!("hako bench: {message}");
+        }
+    }
+}
