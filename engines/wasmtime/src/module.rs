@@ -325,7 +325,7 @@ mod tests {
         assert!(!bytes.is_empty());
         #[allow(unsafe_code)]
         // SAFETY: the engine refuses foreign code before it reads the bytes.
-        let refused = unsafe { engine.deserialize(bytes) };
+        let refused = unsafe { engine.deserialize(bytes.into()) };
         assert!(matches!(refused, Err(EngineError::ForeignTarget { .. })));
         let (exit, _, seen) = run(&module, MIB);
         assert!(
@@ -341,7 +341,7 @@ mod tests {
         let bytes = compile(&engine, EXIT_7).serialize().unwrap();
         #[allow(unsafe_code)]
         // SAFETY: the bytes were serialized just now by this very engine.
-        let module = unsafe { engine.deserialize(bytes) }.unwrap();
+        let module = unsafe { engine.deserialize(bytes.into()) }.unwrap();
         assert_eq!(run(&module, MIB).0, RunExit::Exited(7));
     }
 
