@@ -207,7 +207,7 @@ impl Engine for WasmerEngine {
             return Err(EngineError::Compile {
                 compiler: self.identity.compiler.clone(),
                 message: format!(
-                    "this build of hako cannot compile with {0}: build it with `--features {0}`",
+                    "this build of hako has no {0} compiler (build it with `--features {0}`)",
                     self.identity.compiler
                 ),
             });
