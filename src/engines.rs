@@ -90,20 +90,15 @@ impl EngineConfig {
     }
 
     /// `kind` with `compiler` (`None`: the engine's default compiler). wasmtime compiles only
-    /// with its own cranelift.
+    /// with its own cranelift. A wasmer compiler this build lacks is accepted: its artifacts,
+    /// made by another build, still load ([`EngineConfig::compiles_here`] tells).
     pub fn new(kind: EngineKind, compiler: Option<Compiler>) -> Result<Self, EngineError> {
         if !kind.available() {
             return Err(kind.name().parse::<EngineKind>().unwrap_err());
         }
         let compiler = match (kind, compiler) {
             (EngineKind::Wasmer, None) => DEFAULT_COMPILER,
-            (EngineKind::Wasmer, Some(compiler)) if compiler.available() => compiler,
-            (EngineKind::Wasmer, Some(compiler)) => {
-                return Err(EngineError::Unsupported(format!(
-                    "this build has no {} compiler",
-                    compiler.name()
-                )))
-            }
+            (EngineKind::Wasmer, Some(compiler)) => compiler,
             (EngineKind::Wasmtime, None | Some(Compiler::Cranelift)) => Compiler::Cranelift,
             (EngineKind::Wasmtime, Some(other)) => {
                 return Err(EngineError::Unsupported(format!(
@@ -113,6 +108,14 @@ impl EngineConfig {
             }
         };
         Ok(Self { kind, compiler })
+    }
+
+    /// Whether this build can compile with the configuration, not only load its artifacts.
+    pub fn compiles_here(self) -> bool {
+        match self.kind {
+            EngineKind::Wasmer => self.compiler.available(),
+            EngineKind::Wasmtime => self.kind.available(),
+        }
     }
 
     pub fn kind(self) -> EngineKind {
@@ -224,6 +227,22 @@ pub fn engine(config: EngineConfig, target: Option<&str>) -> Result<Arc<dyn Engi
     Ok(engine)
 }
 
+/// The engine for `config` that loads artifacts precompiled for any machine of this machine's
+/// triple (`hako upload --target TRIPLE`, usually on another machine), when it differs from
+/// the `native` engine and this CPU has every feature that code may use. Only wasmer makes
+/// such artifacts; wasmtime artifacts are always made for the machine that runs them.
+pub fn baseline_engine(
+    config: EngineConfig,
+    native: &dyn Engine,
+) -> Result<Option<Arc<dyn Engine>>, EngineError> {
+    if config.kind != EngineKind::Wasmer {
+        return Ok(None);
+    }
+    let baseline = engine(config, Some(&native.identity().triple))?;
+    let usable = baseline.runs_here() && baseline.identity() != native.identity();
+    Ok(usable.then_some(baseline))
+}
+
 fn make_engine(config: EngineConfig, target: Option<&str>) -> Result<Arc<dyn Engine>, EngineError> {
     match config.kind {
         EngineKind::Wasmer => Ok(Arc::new(WasmerEngine::new(config.compiler, target)?)),
@@ -287,6 +306,31 @@ mod tests {
         } else {
             assert!(err.contains("--features wasmtime"), "{err}");
         }
+    }
+
+    #[test]
+    fn every_compiler_is_known_and_one_this_build_lacks_only_loads() {
+        for compiler in Compiler::ALL {
+            let config: EngineConfig = format!("wasmer-{}", compiler.name()).parse().unwrap();
+            assert_eq!(config.compiler(), compiler);
+            assert_eq!(config.compiles_here(), compiler.available());
+            assert_eq!(EngineConfig::all().contains(&config), compiler.available());
+        }
+        assert_eq!(Compiler::Llvm.available(), cfg!(feature = "llvm"));
+        assert!(Compiler::Llvm.supports_simd());
+    }
+
+    #[test]
+    fn the_baseline_engine_makes_code_for_any_machine_of_this_triple() {
+        let native = engine(EngineConfig::DEFAULT, None).unwrap();
+        let baseline = baseline_engine(EngineConfig::DEFAULT, native.as_ref())
+            .unwrap()
+            .expect("this CPU has more features than its triple's baseline");
+        assert!(baseline.runs_here());
+        assert_eq!(baseline.identity().triple, native.identity().triple);
+        assert_ne!(baseline.identity(), native.identity());
+        let same = engine(EngineConfig::DEFAULT, Some(&native.identity().triple)).unwrap();
+        assert!(Arc::ptr_eq(&same, &baseline));
     }
 
     #[test]

@@ -1,14 +1,24 @@
 //! Artifacts: compiled once and loaded after, content-addressed by the code's identity,
 //! verified before every load (a corrupted or foreign file is refused and compiled again,
-//! never loaded), cross-compiled for another target, and the SIMD fallback of singlepass.
+//! never loaded), cross-compiled for another target, made for any machine of this triple and
+//! loaded here, refused to compile by a build without the compiler, and the SIMD fallback of
+//! singlepass.
 
 mod support;
 
-use hako::engines::{self, Compiler, EngineConfig};
+use hako::engines::{self, Compiler, EngineConfig, EngineKind};
+use hako::store::{ArtifactError, ArtifactKey, Source, Store};
+use hako::upload::{self, UploadOptions};
 
 const CRANELIFT: EngineConfig = EngineConfig::wasmer(Compiler::Cranelift);
 const SINGLEPASS: EngineConfig = EngineConfig::wasmer(Compiler::Singlepass);
-use hako::store::{ArtifactError, ArtifactKey, Source, Store};
+
+/// A target this machine cannot run: the other architecture hako is built for.
+const FOREIGN_TARGET: &str = if cfg!(target_arch = "aarch64") {
+    "x86_64-unknown-linux-gnu"
+} else {
+    "aarch64-unknown-linux-gnu"
+};
 
 fn load(store: &Store, wasm: &[u8], config: EngineConfig) -> hako::store::Loaded {
     support::host::load_in(store, config, wasm)
@@ -75,14 +85,14 @@ fn an_artifact_is_never_loaded_by_an_engine_of_another_identity() {
 }
 
 #[test]
-fn artifacts_can_be_made_for_aarch64_here_and_are_never_run_here() {
+fn artifacts_can_be_made_for_another_architecture_and_are_never_run_here() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let wasm = support::greet_wasm();
     for config in support::host::configs() {
-        let engine = engines::engine(config, Some("aarch64-unknown-linux-gnu")).unwrap();
+        let engine = engines::engine(config, Some(FOREIGN_TARGET)).unwrap();
         assert!(!engine.runs_here());
-        assert_eq!(engine.identity().triple, "aarch64-unknown-linux-gnu");
+        assert_eq!(engine.identity().triple, FOREIGN_TARGET);
         let module = engine.compile(&wasm).unwrap();
         let key = ArtifactKey::new(&hako::store::sha256_hex(&wasm), engine.identity());
         let bytes = store.artifacts().write(&key, module.as_ref()).unwrap();
@@ -93,8 +103,8 @@ fn artifacts_can_be_made_for_aarch64_here_and_are_never_run_here() {
             .load(&key, engine.as_ref())
             .err()
             .expect("refused");
-        assert!(err.to_string().contains("aarch64"), "{err}");
-        // And the host engine never sees the aarch64 file: its key differs.
+        assert!(err.to_string().contains(FOREIGN_TARGET), "{err}");
+        // And the host engine never sees the foreign file: its key differs.
         let host = engines::engine(config, None).unwrap();
         let host_key = ArtifactKey::new(&key.module_sha256, host.identity());
         assert_ne!(
@@ -102,6 +112,89 @@ fn artifacts_can_be_made_for_aarch64_here_and_are_never_run_here() {
             store.artifacts().path(&key)
         );
     }
+}
+
+#[test]
+fn an_artifact_made_for_any_machine_of_this_triple_is_loaded_without_compiling() {
+    let package = support::fixture_package("portable", None);
+    let package = hako::package::load(package.path()).expect("the fixture package is valid");
+    for config in support::host::configs() {
+        if config.kind() != EngineKind::Wasmer {
+            // wasmtime artifacts are only ever made for the machine that runs them.
+            continue;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let native = engines::engine(config, None).unwrap();
+        let triple = native.identity().triple.clone();
+        // What `hako upload --target <this triple>` makes on any machine: code for the
+        // triple's baseline CPU features, which this machine has, and more.
+        let baseline = engines::baseline_engine(config, native.as_ref())
+            .unwrap()
+            .expect("this CPU has more features than its triple's baseline");
+        assert_eq!(baseline.identity().triple, triple);
+        assert_ne!(
+            baseline.identity().cpu_features,
+            native.identity().cpu_features
+        );
+        let options = UploadOptions {
+            configs: vec![config],
+            targets: vec![triple.clone()],
+        };
+        let uploaded = upload::upload(&store, &package, &options).expect("the upload works");
+        assert_eq!(uploaded.artifacts.len(), 1, "{config}");
+        assert_eq!(uploaded.artifacts[0].target, triple);
+
+        let loaded = support::host::load_in(&store, config, &package.wasm);
+        assert_eq!(
+            loaded.source,
+            Source::Artifact,
+            "{config}: {:?}",
+            loaded.notes
+        );
+        let native_key = ArtifactKey::new(&package.module_sha256, native.identity());
+        assert!(!store.artifacts().path(&native_key).exists(), "{config}");
+        let outcome = support::host::Call::new("greet")
+            .args(serde_json::json!({"name": "Ada"}))
+            .run_module(&loaded.module);
+        assert!(outcome.crash().is_none(), "{config}: {:?}", outcome.crash());
+    }
+}
+
+#[cfg(not(feature = "llvm"))]
+#[test]
+fn without_the_llvm_feature_llvm_artifacts_load_but_nothing_compiles_with_it() {
+    let llvm = EngineConfig::wasmer(Compiler::Llvm);
+    assert!(!llvm.compiles_here());
+    let engine = engines::engine(llvm, None).expect("a headless engine for loading");
+    assert!(engine.runs_here());
+    assert_eq!(engine.identity().compiler, "llvm");
+    let err = engine
+        .compile(&support::greet_wasm())
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("--features llvm"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let wasm = support::greet_wasm();
+    let err = store
+        .load_module(
+            &hako::store::ModuleSpec {
+                wasm: &wasm,
+                module_sha256: &hako::store::sha256_hex(&wasm),
+                uses_simd: false,
+                config: llvm,
+            },
+            None,
+        )
+        .err()
+        .expect("nothing to load and nothing to compile with");
+    assert_eq!(
+        err.to_string(),
+        "no artifact for wasmer-llvm and this build cannot compile with llvm: \
+         upload with a build that has it"
+    );
 }
 
 #[test]

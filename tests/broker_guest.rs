@@ -6,7 +6,6 @@
 mod support;
 
 use std::net::IpAddr;
-use std::process::Command;
 use std::sync::Arc;
 
 use hako::call::VolumeTmp;
@@ -119,7 +118,7 @@ fn hako_call_fetches_a_page_from_a_loopback_server() {
     )
     .unwrap();
     let request = json!({"request": {"url": format!("{}/chain/2", server.base("localhost"))}});
-    let output = Command::new(env!("CARGO_BIN_EXE_hako"))
+    let output = support::hako_command()
         .arg("call")
         .arg(fixture.path())
         .arg("http")

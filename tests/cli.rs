@@ -5,12 +5,12 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::{json, Value};
 
 fn hako(store: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hako"))
+    support::hako_command()
         .args(args)
         .env("HAKO_STORE", store)
         .output()

@@ -123,10 +123,12 @@ fn greet_store() -> tempfile::TempDir {
 #[test]
 fn the_python_sdk_lists_and_calls_over_stdio() {
     let store = greet_store();
-    let hako = env!("CARGO_BIN_EXE_hako");
+    let hako = support::hako_argv();
     let store_dir = store.path().to_str().unwrap();
     for (handshake, version) in [("initialize", "2025-06-18"), ("discover", "2026-07-28")] {
-        let report = client(&["stdio", handshake, hako, store_dir, "greet"]);
+        let mut args = vec!["stdio", handshake, store_dir, "greet"];
+        args.extend(hako.iter().map(String::as_str));
+        let report = client(&args);
         assert_greeted(&report, version);
     }
 }

@@ -106,6 +106,8 @@ pub enum ArtifactError {
     },
     #[error("refusing artifact {path}: {reason}")]
     Refused { path: PathBuf, reason: String },
+    #[error("no artifact for {config} and this build cannot compile with {compiler}: upload with a build that has it")]
+    CannotCompile { config: String, compiler: String },
     #[error(transparent)]
     Engine(#[from] hako_engine_api::EngineError),
 }

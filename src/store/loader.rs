@@ -2,11 +2,17 @@
 //! cache on disk, else by compiling (and then keeping the artifact). It says which of these
 //! happened and why, so a call on a package that was never uploaded reports that it compiled.
 //! It does not run anything.
+//!
+//! On disk it looks for the artifact made for this machine (its triple and the CPU features it
+//! has), then for the one made for any machine of its triple (the triple's baseline features,
+//! as `hako upload --target TRIPLE` makes them on another machine) when this CPU has every
+//! baseline feature. A build that lacks the compiler (an aarch64 build without LLVM) can only
+//! load, and says so when there is nothing to load.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use hako_engine_api::Module;
+use hako_engine_api::{Engine, Module};
 
 use super::{ArtifactError, ArtifactKey, ModuleCache, Store};
 use crate::engines::{self, EngineConfig};
@@ -64,16 +70,21 @@ impl Store {
                 notes,
             });
         }
-        let loaded = match self.artifacts().load(&key, engine.as_ref()) {
-            Ok(found) => found,
-            Err(err @ ArtifactError::Refused { .. }) => {
-                notes.push(format!("{err}; compiling again"));
-                None
+        let mut loaded = self.load_artifact(&key, engine.as_ref(), &mut notes)?;
+        if loaded.is_none() {
+            if let Some(baseline) = engines::baseline_engine(config, engine.as_ref())? {
+                let baseline_key = ArtifactKey::new(spec.module_sha256, baseline.identity());
+                loaded = self.load_artifact(&baseline_key, baseline.as_ref(), &mut notes)?;
             }
-            Err(err) => return Err(err),
-        };
+        }
         let (module, source) = match loaded {
             Some(module) => (module, Source::Artifact),
+            None if !config.compiles_here() => {
+                return Err(ArtifactError::CannotCompile {
+                    config: config.name(),
+                    compiler: config.compiler().name().to_string(),
+                })
+            }
             None => {
                 let module = engine.compile(spec.wasm)?;
                 self.artifacts().write(&key, module.as_ref())?;
@@ -83,6 +94,8 @@ impl Store {
                 (module, Source::Compiled)
             }
         };
+        // Kept under the key this machine asks for, whichever artifact it came from, so that
+        // a warm call finds it with one look-up.
         if let Some(cache) = memory {
             cache.insert(key, Arc::clone(&module));
         }
@@ -93,5 +106,23 @@ impl Store {
             load_us: started.elapsed().as_micros() as u64,
             notes,
         })
+    }
+
+    /// The artifact for `key`, loaded with `engine`; `None` when there is none or it was
+    /// refused (the refusal becomes a note; the caller looks further or compiles).
+    fn load_artifact(
+        &self,
+        key: &ArtifactKey,
+        engine: &dyn Engine,
+        notes: &mut Vec<String>,
+    ) -> Result<Option<Arc<dyn Module>>, ArtifactError> {
+        match self.artifacts().load(key, engine) {
+            Ok(found) => Ok(found),
+            Err(err @ ArtifactError::Refused { .. }) => {
+                notes.push(format!("{err}; not used"));
+                Ok(None)
+            }
+            Err(err) => Err(err),
+        }
     }
 }

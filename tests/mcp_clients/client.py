@@ -1,7 +1,7 @@
 """Lists and calls the tools of a package served by `hako serve`, with the official MCP Python SDK.
 
 Usage:
-    client.py stdio HANDSHAKE HAKO_BINARY STORE_DIR PACKAGE
+    client.py stdio HANDSHAKE STORE_DIR PACKAGE HAKO_COMMAND...
     client.py streamable-http HANDSHAKE URL
     client.py sse HANDSHAKE URL
 
@@ -52,9 +52,12 @@ async def exercise(read, write, handshake):
 async def main(argv):
     transport, handshake = argv[1], argv[2]
     if transport == "stdio":
-        binary, store, package = argv[3], argv[4], argv[5]
+        # The command that runs hako comes last and may be several words (a runner such as
+        # qemu-aarch64 before a cross-built binary).
+        store, package, command = argv[3], argv[4], argv[5:]
         params = StdioServerParameters(
-            command=binary, args=["serve", "--store", store, "--stdio", package]
+            command=command[0],
+            args=command[1:] + ["serve", "--store", store, "--stdio", package],
         )
         async with stdio_client(params) as (read, write):
             return await exercise(read, write, handshake)

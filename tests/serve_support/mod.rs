@@ -17,9 +17,9 @@ use serde_json::Value;
 
 use crate::support;
 
-/// The `hako` binary under test.
+/// The `hako` binary under test (through the tests' runner, see `support::hako_command`).
 pub fn hako() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_hako"))
+    support::hako_command()
 }
 
 /// Runs `hako upload DIR --store STORE` and panics with its stderr if it fails.

@@ -127,9 +127,13 @@ impl Call {
             .wasm
             .as_deref()
             .unwrap_or_else(|| super::fixture_wasm());
-        let module = load(config, wasm);
+        self.run_module(&load(config, wasm))
+    }
+
+    /// Runs on `module`, however it was loaded.
+    pub fn run_module(&self, module: &Arc<dyn Module>) -> CallOutcome {
         call::call_tool(
-            &module,
+            module,
             ToolRequest {
                 program: "fixture",
                 tool: &self.tool,

@@ -1,10 +1,11 @@
 //! What integration tests share: the fixture guest module, built once from
 //! `tests/guests` for `wasm32-wasip1`, the committed `examples/greet`
-//! package, and throwaway package folders around the fixture.
+//! package, throwaway package folders around the fixture, and the command
+//! that starts the `hako` binary under test.
 //!
-//! It owns building and locating guest modules and laying out packages on
-//! disk. It does not run modules, check packages or speak the protocol:
-//! that is what the tests exercise through hako itself.
+//! It owns building and locating guest modules, laying out packages on
+//! disk and spawning `hako`. It does not run modules, check packages or
+//! speak the protocol: that is what the tests exercise through hako itself.
 //!
 //! Use it from a test file with `mod support;`. Building is safe from many
 //! test processes at once: cargo's lock on the guests' target folder
@@ -31,6 +32,60 @@ pub fn fixture_wasm() -> &'static [u8] {
         Ok(bytes) => bytes,
         Err(message) => panic!("cannot build the fixture guest: {message}"),
     })
+}
+
+/// The command line that runs this build's `hako` binary: the binary, after
+/// the runner cargo runs this build's tests with, when there is one.
+///
+/// A cross-built test (aarch64 on an x86-64 machine, run by `qemu-aarch64`)
+/// spawns an aarch64 `hako`, which the kernel cannot run without binfmt_misc;
+/// prefixing the same runner works in any container, needs no root, and
+/// changes nothing on the machine. Cargo names the runner in
+/// `CARGO_TARGET_<TRIPLE>_RUNNER` (words split on whitespace, as cargo does);
+/// a runner set only in a cargo config file is not seen here.
+pub fn hako_argv() -> Vec<String> {
+    let runner = runner_variable()
+        .and_then(std::env::var_os)
+        .map(|words| {
+            words
+                .to_string_lossy()
+                .split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let mut argv = runner;
+    argv.push(env!("CARGO_BIN_EXE_hako").to_string());
+    argv
+}
+
+/// A command that runs this build's `hako` binary (see [`hako_argv`]).
+pub fn hako_command() -> Command {
+    let mut argv = hako_argv().into_iter();
+    let program = argv.next().expect("the argv names at least the binary");
+    let mut command = Command::new(program);
+    command.args(argv);
+    command
+}
+
+/// The variable cargo reads the test runner from for the target these
+/// tests were built for (the targets hako is built and tested for).
+fn runner_variable() -> Option<&'static str> {
+    if cfg!(all(
+        target_arch = "aarch64",
+        target_os = "linux",
+        target_env = "gnu"
+    )) {
+        Some("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER")
+    } else if cfg!(all(
+        target_arch = "x86_64",
+        target_os = "linux",
+        target_env = "gnu"
+    )) {
+        Some("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER")
+    } else {
+        None
+    }
 }
 
 /// The committed example package (manifest and `module.wasm`).

@@ -1,7 +1,11 @@
 //! hako's wasmer engine: the [`hako_engine_api::Engine`] trait on wasmer 7.4, with the
-//! singlepass and cranelift compilers (cargo features), exactly the WebAssembly 2.0 feature
-//! set, a memory cap through tunables, host interrupts for deadlines, and artifacts that can
-//! be made for another target.
+//! singlepass, cranelift and LLVM compilers (cargo features), exactly the WebAssembly 2.0
+//! feature set, a memory cap through tunables, host interrupts for deadlines, and artifacts
+//! that can be made for another target.
+//!
+//! A compiler this build lacks still has an engine: a headless one, which loads artifacts of
+//! that compiler's identity (made by another build, for example an x86-64 build with LLVM
+//! precompiling for aarch64) and refuses to compile, naming the missing feature.
 //!
 //! What this crate does not do: decide whether an artifact may be loaded (the store verifies
 //! checksums and headers first), decide what a crash is, or implement any import.
@@ -35,36 +39,41 @@ use memory::{CapScope, CappedTunables};
 /// The wasmer version this engine is built on, part of every artifact's identity.
 pub const WASMER_VERSION: &str = "7.4.2";
 
-/// The compilers this build offers.
+/// The compilers hako knows; [`Compiler::available`] says which this build includes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Compiler {
     Singlepass,
     Cranelift,
+    Llvm,
 }
 
 impl Compiler {
     /// Every compiler hako knows, whether or not this build includes it.
-    pub const ALL: [Compiler; 2] = [Compiler::Singlepass, Compiler::Cranelift];
+    pub const ALL: [Compiler; 3] = [Compiler::Singlepass, Compiler::Cranelift, Compiler::Llvm];
 
-    /// The compiler's name on the command line and in artifact keys.
+    /// The compiler's name on the command line and in artifact keys; also the name of the
+    /// cargo feature that builds it in.
     pub fn name(self) -> &'static str {
         match self {
             Compiler::Singlepass => "singlepass",
             Compiler::Cranelift => "cranelift",
+            Compiler::Llvm => "llvm",
         }
     }
 
-    /// Whether this build includes the compiler.
+    /// Whether this build includes the compiler (without it, the compiler's artifacts can
+    /// still be loaded, see [`WasmerEngine::new`]).
     pub fn available(self) -> bool {
         match self {
             Compiler::Singlepass => cfg!(feature = "singlepass"),
             Compiler::Cranelift => cfg!(feature = "cranelift"),
+            Compiler::Llvm => cfg!(feature = "llvm"),
         }
     }
 
     /// Whether the compiler can compile modules that use SIMD128 (singlepass cannot).
     pub fn supports_simd(self) -> bool {
-        matches!(self, Compiler::Cranelift)
+        matches!(self, Compiler::Cranelift | Compiler::Llvm)
     }
 }
 
@@ -72,13 +81,14 @@ impl FromStr for Compiler {
     type Err = EngineError;
 
     fn from_str(name: &str) -> Result<Self, Self::Err> {
-        match name {
-            "singlepass" => Ok(Compiler::Singlepass),
-            "cranelift" => Ok(Compiler::Cranelift),
-            other => Err(EngineError::Unsupported(format!(
-                "unknown compiler {other:?}: this build offers singlepass and cranelift"
-            ))),
-        }
+        Compiler::ALL
+            .into_iter()
+            .find(|compiler| compiler.name() == name)
+            .ok_or_else(|| {
+                EngineError::Unsupported(format!(
+                    "unknown compiler {name:?}: hako knows singlepass, cranelift and llvm"
+                ))
+            })
     }
 }
 
@@ -120,18 +130,19 @@ pub struct WasmerEngine {
     engine: wasmer::Engine,
     identity: EngineIdentity,
     runs_here: bool,
+    /// False for a headless engine: one for a compiler this build lacks, which only loads.
+    compiles: bool,
 }
 
 impl WasmerEngine {
-    /// An engine compiling with `compiler` for `target` (a triple such as
-    /// `aarch64-unknown-linux-gnu`), or for this machine when `target` is `None`.
+    /// An engine compiling with `compiler` for `target`: this machine, with the CPU features
+    /// it has, when `target` is `None`; any machine of that triple, with its baseline CPU
+    /// features, when it is a triple such as `aarch64-unknown-linux-gnu` (the triple of this
+    /// machine too: such code runs here when this CPU has every baseline feature).
+    ///
+    /// A compiler this build lacks gives a headless engine of the same identity: it loads that
+    /// compiler's artifacts, and its `compile` fails, naming the cargo feature that is missing.
     pub fn new(compiler: Compiler, target: Option<&str>) -> Result<Self, EngineError> {
-        if !compiler.available() {
-            return Err(EngineError::Unsupported(format!(
-                "this build of hako was made without the {} compiler",
-                compiler.name()
-            )));
-        }
         let host = Target::default();
         let target = match target {
             None => host.clone(),
@@ -139,21 +150,22 @@ impl WasmerEngine {
                 let triple = Triple::from_str(triple).map_err(|err| {
                     EngineError::Unsupported(format!("unknown target triple {triple:?}: {err}"))
                 })?;
-                if triple == *host.triple() {
-                    host.clone()
-                } else {
-                    baseline_target(triple)
-                }
+                baseline_target(triple)
             }
         };
-        let runs_here = target.triple() == host.triple();
+        let runs_here = target.triple() == host.triple()
+            && host.cpu_features().is_superset(*target.cpu_features());
         let builder = match compiler {
             #[cfg(feature = "singlepass")]
             Compiler::Singlepass => EngineBuilder::new(wasmer::sys::Singlepass::new()),
             #[cfg(feature = "cranelift")]
             Compiler::Cranelift => EngineBuilder::new(wasmer::sys::Cranelift::new()),
+            #[cfg(feature = "llvm")]
+            Compiler::Llvm => EngineBuilder::new(wasmer::sys::LLVM::new()),
+            // Loading needs no compiler: wasmer's headless engine takes this machine as its
+            // target, and the artifact's own header names the code's target and features.
             #[allow(unreachable_patterns)]
-            _ => unreachable!("available() was checked above"),
+            _ => EngineBuilder::headless(),
         };
         let mut engine: wasmer::Engine = builder
             .set_features(Some(abi_features()))
@@ -177,6 +189,7 @@ impl WasmerEngine {
             engine,
             identity,
             runs_here,
+            compiles: compiler.available(),
         })
     }
 }
@@ -191,6 +204,15 @@ impl Engine for WasmerEngine {
     }
 
     fn compile(&self, wasm: &[u8]) -> Result<Arc<dyn Module>, EngineError> {
+        if !self.compiles {
+            return Err(EngineError::Compile {
+                compiler: self.identity.compiler.clone(),
+                message: format!(
+                    "this build of hako has no {0} compiler (build it with `--features {0}`)",
+                    self.identity.compiler
+                ),
+            });
+        }
         let module =
             wasmer::Module::new(&self.engine, wasm).map_err(|err| EngineError::Compile {
                 compiler: self.identity.compiler.clone(),
