@@ -1,7 +1,7 @@
 //! Cold start: one call of the bundled greet example, end to end through the call contract,
 //! with the module already in memory and with its artifact loaded (verified and deserialized)
-//! from disk each time, for every compiler of this build side by side; and the artifact load
-//! alone.
+//! from disk each time, for every engine configuration of this build side by side (wasmer with
+//! each compiler, and wasmtime); and the artifact load alone.
 //!
 //! `cargo bench --bench cold_start`
 
