@@ -1,9 +1,10 @@
 //! Cold start: one call of the bundled greet example, end to end through the call contract,
 //! with the module already in memory and with its artifact loaded (verified and deserialized)
-//! from disk each time, for every compiler of this build side by side; and the artifact load
-//! alone. With `--features baselines` (or one of `wasmtime-wasi`, `wasmer-wasix`) the
-//! comparison baselines get rows too, called through `hako::bench`'s subjects so that their
-//! answers are read with hako's codec like everyone else's.
+//! from disk each time, for every engine configuration of this build side by side (wasmer with
+//! each compiler, and wasmtime); and the artifact load alone. With `--features baselines` (or
+//! one of `wasmtime-wasi`, `wasmer-wasix`) the comparison baselines get rows too, called through
+//! `hako::bench`'s subjects so that their answers are read with hako's codec like everyone
+//! else's.
 //!
 //! `cargo bench --bench cold_start`
 

@@ -46,8 +46,12 @@ const TABLE_ELEMENTS: usize = 65_536;
 /// How many tables one instance may define: reference types allow more than one.
 const TABLES_PER_MODULE: u32 = 4;
 
-/// Linear memory reset with `memset` (rather than given back to the kernel) when a slot is
-/// freed: short calls touch little memory, and keeping it avoids page faults on the next.
+/// Linear memory reset in place (rather than given back to the kernel) when a slot is freed:
+/// short calls touch little memory, and keeping it avoids page faults on the next. With
+/// `PAGEMAP_SCAN` (Linux 6.7+) only the pages the call touched are reset. Measured on the greet
+/// example (`cargo bench --bench cold_start`, 2 busy cores): 40 µs a call with this and the scan,
+/// 80-97 µs without the scan, 96-109 µs with neither (wasmtime's default); 8 MiB instead of
+/// 1 MiB changed nothing.
 const MEMORY_KEEP_RESIDENT: usize = 1024 * 1024;
 
 /// The same for tables.
