@@ -6,12 +6,13 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
 fn hako(store: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hako"))
+    // Through the target's test runner, so that a cross-built hako runs under qemu-user.
+    support::hako_command()
         .args(args)
         .env("HAKO_STORE", store)
         .output()
