@@ -10,18 +10,7 @@ use std::process::Output;
 
 use serde_json::Value;
 
-fn hako(store: &Path, args: &[&str]) -> Output {
-    // Through the target's test runner, so that a cross-built hako runs under qemu-user.
-    support::hako_command()
-        .args(args)
-        .env("HAKO_STORE", store)
-        .output()
-        .expect("hako runs")
-}
-
-fn path(dir: &Path) -> &str {
-    dir.to_str().expect("temp paths are UTF-8")
-}
+use support::{arg as path, run_hako as hako};
 
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()

@@ -4,18 +4,11 @@
 
 mod support;
 
-use std::path::Path;
 use std::process::Output;
 
 use serde_json::{json, Value};
 
-fn hako(store: &Path, args: &[&str]) -> Output {
-    support::hako_command()
-        .args(args)
-        .env("HAKO_STORE", store)
-        .output()
-        .expect("hako runs")
-}
+use support::{arg as path, run_hako as hako};
 
 fn status(output: &Output) -> i32 {
     output.status.code().expect("hako exits with a status")
@@ -29,10 +22,6 @@ fn stdout_json(output: &Output) -> Value {
             String::from_utf8_lossy(&output.stderr)
         )
     })
-}
-
-fn path(dir: &Path) -> &str {
-    dir.to_str().expect("temp paths are UTF-8")
 }
 
 #[test]

@@ -14,7 +14,7 @@
 #![allow(dead_code)] // each test file uses its own part of the support
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use serde_json::{json, Value};
@@ -66,6 +66,20 @@ pub fn hako_command() -> Command {
     let mut command = Command::new(program);
     command.args(argv);
     command
+}
+
+/// Runs `hako` with `args` and `store` as its store, to the end.
+pub fn run_hako(store: &Path, args: &[&str]) -> Output {
+    hako_command()
+        .args(args)
+        .env("HAKO_STORE", store)
+        .output()
+        .expect("hako runs")
+}
+
+/// A path as a command-line argument.
+pub fn arg(path: &Path) -> &str {
+    path.to_str().expect("temp paths are UTF-8")
 }
 
 /// The variable cargo reads the test runner from for the target these
