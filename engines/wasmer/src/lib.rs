@@ -218,12 +218,12 @@ impl Engine for WasmerEngine {
                 compiler: self.identity.compiler.clone(),
                 message: err.to_string(),
             })?;
-        Ok(Arc::new(WasmerModule {
-            engine: self.engine.clone(),
+        Ok(Arc::new(WasmerModule::new(
+            &self.engine,
             module,
-            runs_here: self.runs_here,
-            triple: self.identity.triple.clone(),
-        }))
+            self.runs_here,
+            &self.identity.triple,
+        )))
     }
 
     #[allow(unsafe_code)]
@@ -237,12 +237,12 @@ impl Engine for WasmerEngine {
         // (the trait's contract); wasmer 7.4 checks nothing itself.
         let module = unsafe { wasmer::Module::deserialize(&self.engine, bytes) }
             .map_err(|err| EngineError::Deserialize(err.to_string()))?;
-        Ok(Arc::new(WasmerModule {
-            engine: self.engine.clone(),
+        Ok(Arc::new(WasmerModule::new(
+            &self.engine,
             module,
-            runs_here: true,
-            triple: self.identity.triple.clone(),
-        }))
+            true,
+            &self.identity.triple,
+        )))
     }
 }
 
@@ -250,6 +250,9 @@ impl Engine for WasmerEngine {
 struct WasmerModule {
     engine: wasmer::Engine,
     module: wasmer::Module,
+    /// The module's imports in its own order, looked up in the ABI's table once, or why the
+    /// module cannot be linked (reported by every run).
+    imports: Result<Vec<Import>, String>,
     runs_here: bool,
     triple: String,
 }
@@ -304,31 +307,50 @@ impl Module for WasmerModule {
 }
 
 impl WasmerModule {
-    /// The module's imports in its own order, so that instantiation needs no lookup by name.
+    fn new(engine: &wasmer::Engine, module: wasmer::Module, runs_here: bool, triple: &str) -> Self {
+        let imports = module
+            .imports()
+            .map(|import| {
+                Import::lookup(import.module(), import.name()).ok_or_else(|| {
+                    format!(
+                        "the module imports {}.{}, which ABI 1 does not provide",
+                        import.module(),
+                        import.name()
+                    )
+                })
+            })
+            .collect();
+        Self {
+            engine: engine.clone(),
+            module,
+            imports,
+            runs_here,
+            triple: triple.to_string(),
+        }
+    }
+
+    /// A host function for each import, in the module's order, so that instantiation needs no
+    /// lookup by name.
     fn imports(
         &self,
         store: &mut Store,
         env: &FunctionEnv<HostEnv>,
     ) -> Result<Vec<Extern>, String> {
-        let mut imports = Vec::with_capacity(self.module.imports().len());
-        for import in self.module.imports() {
-            let Some(known) = Import::lookup(import.module(), import.name()) else {
-                return Err(format!(
-                    "the module imports {}.{}, which ABI 1 does not provide",
-                    import.module(),
-                    import.name()
-                ));
-            };
-            let function = link::host_function(store, env, known).ok_or_else(|| {
-                format!(
-                    "no host function links {}.{}",
-                    import.module(),
-                    import.name()
-                )
-            })?;
-            imports.push(Extern::Function(function));
-        }
-        Ok(imports)
+        let known = self.imports.as_ref().map_err(Clone::clone)?;
+        known
+            .iter()
+            .map(|&import| {
+                link::host_function(store, env, import)
+                    .map(Extern::Function)
+                    .ok_or_else(|| {
+                        format!(
+                            "no host function links {}.{}",
+                            import.module(),
+                            import.name()
+                        )
+                    })
+            })
+            .collect()
     }
 
     fn instantiate_and_start(
