@@ -9,7 +9,7 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
-use hako::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
+use hako::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest};
 use hako::engines::{self, EngineConfig};
 use hako::http::{NoBroker, PackagePolicy};
 use hako::protocol::{call_result, parse_line, Answer, Line, RequestId};
@@ -142,12 +142,7 @@ fn greet_stdout_bytes() -> u64 {
             tool: "greet",
             arguments: json!({"name": "Ada"}),
             limits: Limits::CALL,
-            mounts: Mounts {
-                volume_tmp: VolumeTmp::Fresh,
-                data: None,
-                package_assets: None,
-                skills: Vec::new(),
-            },
+            mounts: Mounts::fresh(None),
             network: Network {
                 policy: Arc::new(PackagePolicy::default()),
                 broker: Arc::new(NoBroker),

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use hako::bench::subject::{Ready, Subject};
 use hako::bench::Workload;
-use hako::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
+use hako::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest};
 use hako::engines::{self, EngineConfig};
 use hako::http::{NoBroker, PackagePolicy};
 use hako::store::{ArtifactKey, Store};
@@ -28,12 +28,7 @@ fn greet(module: &Arc<dyn Module>, network: &Network) {
             tool: "greet",
             arguments: serde_json::json!({"name": "Ada"}),
             limits: Limits::CALL,
-            mounts: Mounts {
-                volume_tmp: VolumeTmp::Fresh,
-                data: None,
-                package_assets: None,
-                skills: Vec::new(),
-            },
+            mounts: Mounts::fresh(None),
             network: network.clone(),
         },
         CallStats::default(),

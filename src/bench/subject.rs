@@ -13,7 +13,7 @@ use std::sync::Arc;
 use hako_engine_api::{Engine, Module};
 use hako_engine_baseline::{Compiled, Runtime};
 
-use crate::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
+use crate::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest};
 use crate::engines::{self, EngineConfig};
 use crate::http::{NoBroker, PackagePolicy};
 use crate::protocol::{self, Answer, CallResult, Line, RequestId};
@@ -245,12 +245,7 @@ fn host_call(
         tool: &workload.tool,
         arguments: workload.arguments.clone(),
         limits: Limits::CALL,
-        mounts: Mounts {
-            volume_tmp: VolumeTmp::Fresh,
-            data: None,
-            package_assets: workload.assets.clone(),
-            skills: Vec::new(),
-        },
+        mounts: Mounts::fresh(workload.assets.clone()),
         network: network.clone(),
     };
     match call::call_tool(module, request, CallStats::default()) {

@@ -75,6 +75,19 @@ pub struct Mounts {
     pub skills: Vec<(String, PathBuf)>,
 }
 
+impl Mounts {
+    /// What a call mounts unless asked for more: a fresh `/volume/tmp`, and `/package` when
+    /// the package has assets; no `/volume/data`, no skills.
+    pub fn fresh(package_assets: Option<PathBuf>) -> Mounts {
+        Mounts {
+            volume_tmp: VolumeTmp::Fresh,
+            data: None,
+            package_assets,
+            skills: Vec::new(),
+        }
+    }
+}
+
 /// What a call may reach on the network.
 #[derive(Clone)]
 pub struct Network {

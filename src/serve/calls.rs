@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::metrics::Metrics;
 use super::pool::{GuestPool, Rejected};
-use crate::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
+use crate::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest};
 use crate::engines::EngineConfig;
 use crate::http::{Broker, BrokerError, HyperBroker, PackagePolicy, Policy, PolicyError};
 use crate::package::manifest::is_valid_name;
@@ -222,12 +222,7 @@ impl Calls {
             tool,
             arguments,
             limits,
-            mounts: Mounts {
-                volume_tmp: VolumeTmp::Fresh,
-                data: None,
-                package_assets: package.stored.assets(),
-                skills: Vec::new(),
-            },
+            mounts: Mounts::fresh(package.stored.assets()),
             network: Network {
                 policy: Arc::clone(&package.policy),
                 broker: Arc::clone(&self.broker),

@@ -5,9 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use hako::call::{
-    self, CallOutcome, CallStats, CrashKind, Limits, Mounts, Network, ToolRequest, VolumeTmp,
-};
+use hako::call::{self, CallOutcome, CallStats, CrashKind, Limits, Mounts, Network, ToolRequest};
 use hako::engines::EngineConfig;
 use hako::http::{Broker, NoBroker, PackagePolicy, Policy};
 use hako::protocol::{CallResult, ShownBlock};
@@ -69,12 +67,7 @@ impl Call {
             tool: tool.to_string(),
             arguments: serde_json::json!({}),
             limits: Limits::CALL,
-            mounts: Mounts {
-                volume_tmp: VolumeTmp::Fresh,
-                data: None,
-                package_assets: None,
-                skills: Vec::new(),
-            },
+            mounts: Mounts::fresh(None),
             policy: PackagePolicy::default(),
             broker: Arc::new(NoBroker),
             wasm: None,
