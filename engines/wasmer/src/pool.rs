@@ -101,8 +101,11 @@ impl Slot {
     /// Makes exactly the first `bytes` accessible (a multiple of the wasm page size).
     fn set_accessible(&mut self, bytes: usize) -> io::Result<()> {
         let (start, len, protection) = if bytes > self.accessible {
-            let grow = (self.accessible, bytes - self.accessible);
-            (grow.0, grow.1, libc::PROT_READ | libc::PROT_WRITE)
+            (
+                self.accessible,
+                bytes - self.accessible,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
         } else if bytes < self.accessible {
             (bytes, self.accessible - bytes, libc::PROT_NONE)
         } else {
@@ -133,8 +136,7 @@ impl Slot {
         }
         self.resets_since_scan += 1;
         let mut cursor = 0;
-        for index in 0..self.hot.len() {
-            let (start, end) = self.hot[index];
+        for &(start, end) in &self.hot {
             let end = end.min(self.accessible);
             if start >= end {
                 break;
