@@ -3,7 +3,7 @@
 //! the same TLS roots to the same loopback HTTPS server, both over warm pooled connections.
 //! Run with `cargo bench --bench broker`; the ratio of the two means is the overhead.
 
-#[path = "../tests/support/https.rs"]
+#[path = "../tests/suite/support/https.rs"]
 #[allow(dead_code)]
 mod https;
 

@@ -7,7 +7,8 @@
 //!
 //! It times compiling only; artifacts and calls are `benches/cold_start.rs`.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/suite/support/mod.rs"]
+#[allow(dead_code)] // the benches use a part of the tests' support
 mod support;
 
 use std::hint::black_box;

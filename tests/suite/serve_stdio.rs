@@ -2,8 +2,8 @@
 //! recovery, the nesting cap, `id: null` against omitted ids, a package given as a folder
 //! (uploaded first), and the exit: 0 at end of input, after every accepted call is answered.
 
-mod serve_support;
-mod support;
+use crate::serve_support;
+use crate::support;
 
 use serde_json::{json, Value};
 use serve_support::{stdio, stdout_lines};

@@ -2,7 +2,7 @@
 //! `fd_allocate`, the write budget, sockets, and no way out of a preopen — through the real
 //! fixture guest on every engine configuration.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::host::Call;

@@ -2,7 +2,7 @@
 //! `volume:///` links read after the guest exits and confined to the volume, other links as a
 //! line, other blocks as a note.
 
-mod support;
+use crate::support;
 
 use base64::Engine as _;
 use hako::protocol::ShownBlock;

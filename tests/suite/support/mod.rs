@@ -7,11 +7,9 @@
 //! disk and spawning `hako`. It does not run modules, check packages or
 //! speak the protocol: that is what the tests exercise through hako itself.
 //!
-//! Use it from a test file with `mod support;`. Building is safe from many
+//! Use it from a test module with `use crate::support;`. Building is safe from many
 //! test processes at once: cargo's lock on the guests' target folder
 //! serialises the builds, and each process keeps the bytes in a `OnceLock`.
-
-#![allow(dead_code)] // each test file uses its own part of the support
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

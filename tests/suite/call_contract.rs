@@ -2,7 +2,7 @@
 //! compiler, with the same outcome; answers that are fine; stdout and stderr limits; and
 //! hostile guests (loops, memory bombs, floods) contained.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,8 +5,6 @@
 //!
 //! It does not assert anything about the server's answers; the tests do.
 
-#![allow(dead_code)] // each test file uses its own part of the support
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;

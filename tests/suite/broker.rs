@@ -5,7 +5,7 @@
 //! (trusted in the policy), `inside.test` to 127.0.0.1 and `mapped.test` to ::ffff:127.0.0.1
 //! (not trusted), so nothing leaves the machine.
 
-mod support;
+use crate::support;
 
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! 1 refused, 2 usage, 3 crashed), `--json` outcomes, upload then call by name, and a call on
 //! a package that was never uploaded compiling on the fly and saying so.
 
-mod support;
+use crate::support;
 
 use std::process::Output;
 

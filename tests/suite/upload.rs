@@ -1,7 +1,7 @@
 //! Discovery and storing at upload: `server/discover`, `tools/list` pages, every tool rule, the
 //! module's exit after discovery, and the store's versions — on every engine configuration.
 
-mod support;
+use crate::support;
 
 use hako::call::{self, CrashKind, DiscoveryError};
 use hako::package;

@@ -2,7 +2,7 @@
 //! `tests/guests` into a WASI command module, and the support code lays out
 //! packages around it. This file checks the support, not hako.
 
-mod support;
+use crate::support;
 
 use wasmparser::{ExternalKind, Parser, Payload};
 

@@ -5,8 +5,8 @@
 //! keepalives, sessions freed on disconnect), the one-shot `POST /message`, and the message
 //! boundaries (nesting, `id: null`, notifications) on every transport.
 
-mod serve_support;
-mod support;
+use crate::serve_support;
+use crate::support;
 
 use serde_json::{json, Value};
 use serve_support::{EventStream, Server, Sse};

@@ -4,7 +4,7 @@
 //! loaded here, refused to compile by a build without the compiler, and the SIMD fallback of
 //! singlepass.
 
-mod support;
+use crate::support;
 
 use hako::engines::{self, Compiler, EngineConfig, EngineKind};
 use hako::store::{ArtifactError, ArtifactKey, Source, Store};

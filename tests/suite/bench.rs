@@ -3,7 +3,7 @@
 //! unknown engines and tools are refused with exit 2, naming what exists. Speed is never
 //! asserted here (that is what the command reports, not what it is tested for).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Output;

@@ -7,8 +7,8 @@
 //! PyPI. A machine without python3 or its venv module fails here with what to install: a
 //! missing client is a failure, never a silent skip.
 
-mod serve_support;
-mod support;
+use crate::serve_support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -4,8 +4,8 @@
 //! check, the refusal to bind a public address without a token, back-pressure (503 with
 //! Retry-After, no accepted call lost) and the graceful stop on SIGTERM.
 
-mod serve_support;
-mod support;
+use crate::serve_support;
+use crate::support;
 
 use std::path::Path;
 

@@ -1,9 +1,9 @@
 //! The `subako_http` imports as a guest uses them: the misuse codes, the held answer, request
 //! validation and the allowlist. These calls use `NoBroker` (the support's default), so an
-//! allowed request answers `connection` saying no broker is configured; `tests/broker*.rs`
-//! cover the real broker.
+//! allowed request answers `connection` saying no broker is configured; `broker.rs` and
+//! `broker_guest.rs` cover the real broker.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::host::Call;

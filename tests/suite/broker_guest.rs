@@ -3,7 +3,7 @@
 //! fetches a page from an HTTPS server the test starts on loopback, trusting its test CA
 //! through the policy's `extra_ca_files`.
 
-mod support;
+use crate::support;
 
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -1,0 +1,26 @@
+//! hako's integration tests, in one test binary: each module below was a test file of its own,
+//! and one binary links the engines (and LLVM, with `--features llvm`) once instead of once per
+//! file, which keeps the test build's time and disk small. Run one part with its module path,
+//! e.g. `cargo test --test suite call_contract::`.
+//!
+//! `support` and `serve_support` are what the tests share; the rest are tests.
+
+mod serve_support;
+mod support;
+
+mod artifacts;
+mod bench;
+mod broker;
+mod broker_guest;
+mod call_contract;
+mod check;
+mod cli;
+mod content;
+mod guests_build;
+mod http_abi;
+mod sandbox_rules;
+mod serve_api;
+mod serve_mcp;
+mod serve_mcp_clients;
+mod serve_stdio;
+mod upload;
