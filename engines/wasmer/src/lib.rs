@@ -126,8 +126,15 @@ fn baseline_target(triple: Triple) -> Target {
 }
 
 /// A wasmer engine with one compiler for one target.
+///
+/// wasmer keeps the code of every module an engine compiled or loaded until the engine itself
+/// is dropped, so a long-lived engine would grow by an artifact's size at every load (a server
+/// evicting and reloading modules would never give that memory back). Each module therefore
+/// gets a wasmer engine of its own, made when it is compiled or loaded and held by the module
+/// and its stores: dropping the module frees its code.
 pub struct WasmerEngine {
-    engine: wasmer::Engine,
+    compiler: Compiler,
+    target: Target,
     identity: EngineIdentity,
     runs_here: bool,
     /// False for a headless engine: one for a compiler this build lacks, which only loads.
@@ -155,24 +162,6 @@ impl WasmerEngine {
         };
         let runs_here = target.triple() == host.triple()
             && host.cpu_features().is_superset(*target.cpu_features());
-        let builder = match compiler {
-            #[cfg(feature = "singlepass")]
-            Compiler::Singlepass => EngineBuilder::new(wasmer::sys::Singlepass::new()),
-            #[cfg(feature = "cranelift")]
-            Compiler::Cranelift => EngineBuilder::new(wasmer::sys::Cranelift::new()),
-            #[cfg(feature = "llvm")]
-            Compiler::Llvm => EngineBuilder::new(wasmer::sys::LLVM::new()),
-            // Loading needs no compiler: wasmer's headless engine takes this machine as its
-            // target, and the artifact's own header names the code's target and features.
-            #[allow(unreachable_patterns)]
-            _ => EngineBuilder::headless(),
-        };
-        let mut engine: wasmer::Engine = builder
-            .set_features(Some(abi_features()))
-            .set_target(Some(target.clone()))
-            .engine()
-            .into();
-        engine.set_tunables(CappedTunables::default());
         let cpu_features: BTreeSet<String> = target
             .cpu_features()
             .iter()
@@ -186,12 +175,48 @@ impl WasmerEngine {
             cpu_features: cpu_features.into_iter().collect::<Vec<_>>().join(","),
         };
         Ok(Self {
-            engine,
+            compiler,
+            target,
             identity,
             runs_here,
             compiles: compiler.available(),
         })
     }
+
+    /// A wasmer engine for one module about to be compiled: this engine's compiler, target
+    /// and WebAssembly features.
+    fn compiling_engine(&self) -> wasmer::Engine {
+        let builder = match self.compiler {
+            #[cfg(feature = "singlepass")]
+            Compiler::Singlepass => EngineBuilder::new(wasmer::sys::Singlepass::new()),
+            #[cfg(feature = "cranelift")]
+            Compiler::Cranelift => EngineBuilder::new(wasmer::sys::Cranelift::new()),
+            #[cfg(feature = "llvm")]
+            Compiler::Llvm => EngineBuilder::new(wasmer::sys::LLVM::new()),
+            #[allow(unreachable_patterns)]
+            _ => EngineBuilder::headless(),
+        };
+        with_tunables(
+            builder
+                .set_features(Some(abi_features()))
+                .set_target(Some(self.target.clone()))
+                .engine()
+                .into(),
+        )
+    }
+
+    /// A wasmer engine for one module about to be loaded. Loading needs no compiler: wasmer's
+    /// headless engine takes this machine as its target, and the artifact's own header names
+    /// the code's target and CPU features, which wasmer checks against this machine's.
+    fn loading_engine(&self) -> wasmer::Engine {
+        with_tunables(EngineBuilder::headless().engine().into())
+    }
+}
+
+/// `engine` with hako's memory tunables (the cap, pooled memories).
+fn with_tunables(mut engine: wasmer::Engine) -> wasmer::Engine {
+    engine.set_tunables(CappedTunables::default());
+    engine
 }
 
 impl Engine for WasmerEngine {
@@ -213,13 +238,13 @@ impl Engine for WasmerEngine {
                 ),
             });
         }
-        let module =
-            wasmer::Module::new(&self.engine, wasm).map_err(|err| EngineError::Compile {
-                compiler: self.identity.compiler.clone(),
-                message: err.to_string(),
-            })?;
+        let engine = self.compiling_engine();
+        let module = wasmer::Module::new(&engine, wasm).map_err(|err| EngineError::Compile {
+            compiler: self.identity.compiler.clone(),
+            message: err.to_string(),
+        })?;
         Ok(Arc::new(WasmerModule::new(
-            &self.engine,
+            engine,
             module,
             self.runs_here,
             &self.identity.triple,
@@ -235,10 +260,11 @@ impl Engine for WasmerEngine {
         }
         // SAFETY: the caller guarantees `bytes` is an artifact this engine's identity produced
         // (the trait's contract); wasmer 7.4 checks nothing itself.
-        let module = unsafe { wasmer::Module::deserialize(&self.engine, bytes) }
+        let engine = self.loading_engine();
+        let module = unsafe { wasmer::Module::deserialize(&engine, bytes) }
             .map_err(|err| EngineError::Deserialize(err.to_string()))?;
         Ok(Arc::new(WasmerModule::new(
-            &self.engine,
+            engine,
             module,
             true,
             &self.identity.triple,
@@ -246,7 +272,8 @@ impl Engine for WasmerEngine {
     }
 }
 
-/// A compiled module and the engine it belongs to.
+/// A compiled module and the engine it belongs to (its own: dropping the module frees its
+/// code once no run holds the engine).
 struct WasmerModule {
     engine: wasmer::Engine,
     module: wasmer::Module,
@@ -307,7 +334,7 @@ impl Module for WasmerModule {
 }
 
 impl WasmerModule {
-    fn new(engine: &wasmer::Engine, module: wasmer::Module, runs_here: bool, triple: &str) -> Self {
+    fn new(engine: wasmer::Engine, module: wasmer::Module, runs_here: bool, triple: &str) -> Self {
         let imports = module
             .imports()
             .map(|import| {
@@ -321,7 +348,7 @@ impl WasmerModule {
             })
             .collect();
         Self {
-            engine: engine.clone(),
+            engine,
             module,
             imports,
             runs_here,
@@ -427,5 +454,52 @@ fn classify(error: wasmer::RuntimeError, cap: &CapScope) -> RunExit {
             "the guest was refused memory at its cap, then trapped: {message}"
         )),
         _ => RunExit::Trap(message),
+    }
+}
+
+#[cfg(all(test, target_os = "linux", feature = "cranelift"))]
+mod tests {
+    use super::*;
+
+    /// `(module (func))`, hand-assembled: the engine crate has no text-format parser.
+    const EMPTY_FUNCTION: &[u8] = &[
+        0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version 1
+        0x01, 0x04, 0x01, 0x60, 0x00, 0x00, // types: () -> ()
+        0x03, 0x02, 0x01, 0x00, // functions: one of type 0
+        0x0a, 0x04, 0x01, 0x02, 0x00, 0x0b, // code: no locals, `end`
+    ];
+
+    /// Anonymous executable mappings of this process: where wasmer puts compiled code.
+    fn code_mappings() -> usize {
+        std::fs::read_to_string("/proc/self/maps")
+            .expect("/proc/self/maps is readable on Linux")
+            .lines()
+            .filter(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                fields.len() == 5 && fields[1].starts_with("r-x") && fields[4] == "0"
+            })
+            .count()
+    }
+
+    #[test]
+    fn a_dropped_module_gives_its_code_back() {
+        let engine = WasmerEngine::new(Compiler::Cranelift, None).unwrap();
+        let artifact = Bytes::from(engine.compile(EMPTY_FUNCTION).unwrap().serialize().unwrap());
+        const LOADS: usize = 64;
+        let before = code_mappings();
+        for _ in 0..LOADS {
+            // SAFETY: `artifact` was made just above by this same engine.
+            let module = unsafe { engine.deserialize(artifact.clone()) }.unwrap();
+            drop(module);
+            drop(engine.compile(EMPTY_FUNCTION).unwrap());
+        }
+        let after = code_mappings();
+        // Other tests of this crate may hold a few mappings of their own meanwhile; a module
+        // that kept its code would leave at least one mapping per load and per compile.
+        assert!(
+            after < before + LOADS / 4,
+            "{} code mappings after {LOADS} loads and compiles of dropped modules (before: {before})",
+            after
+        );
     }
 }
