@@ -18,7 +18,7 @@ fn main() -> ExitCode {
         Err(Failure::Host(err)) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(failure) => {
             match &failure {
-                Failure::Host(err) => eprintln!("hako: error: {err:#}"),
+                Failure::Host(err) => eprintln!("hako: error: {}", cli::error_line(err)),
                 Failure::Usage(message) => eprintln!("hako: {message}"),
                 Failure::Refused | Failure::Crashed => {}
             }

@@ -82,6 +82,24 @@ impl Failure {
     }
 }
 
+/// A host error as one line: the error and each cause, separated by `: `, skipping a cause
+/// whose message the line already carries (many errors quote their cause in their own message
+/// and also keep it as their source, which would otherwise print it twice).
+pub fn error_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let message = cause.to_string();
+        if line.contains(&message) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&message);
+    }
+    line
+}
+
 /// Runs the command line.
 pub fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
@@ -142,4 +160,36 @@ fn stored(store: &Store, name: &str) -> Result<StoredPackage, Failure> {
         )),
         other => Failure::Host(other.into()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    enum Quoting {
+        #[error("compiling the module: {0}")]
+        Compile(#[source] std::io::Error),
+    }
+
+    #[test]
+    fn a_cause_quoted_by_its_error_is_printed_once() {
+        let io = std::io::Error::other("no llvm here");
+        let err = anyhow::Error::new(Quoting::Compile(io)).context("uploading greet");
+        assert_eq!(
+            error_line(&err),
+            "uploading greet: compiling the module: no llvm here"
+        );
+    }
+
+    #[test]
+    fn causes_not_quoted_are_all_printed() {
+        let err = anyhow::Error::new(std::io::Error::other("disk full"))
+            .context("writing the artifact")
+            .context("uploading greet");
+        assert_eq!(
+            error_line(&err),
+            "uploading greet: writing the artifact: disk full"
+        );
+    }
 }
