@@ -11,17 +11,20 @@
 //! hako's own sits on one constructor, [`ArtifactCache::open_trusted`].
 //!
 //! A file is `payload ‖ header (JSON) ‖ header length (u32, little-endian) ‖ magic`: the header
-//! trails the payload so that the payload starts the file, page-aligned. A load maps the file
-//! rather than reading it (no fresh pages to fault in and fill), verifies it, and hands the
-//! mapped payload to the engine as it is. The checksum is XXH3-128: it guards against
-//! corruption (a torn or damaged file), not against someone who can write the trusted
-//! directory, and it is checked on every cold load, where a cryptographic hash cost a fifth of
-//! the load. hako never changes an artifact file in place (it writes a new one and renames
-//! it), so a mapping of the old file stays valid.
+//! trails the payload so that the payload starts the file, page-aligned. A load reads the file
+//! in one call (a mapping cost more: a page-table entry per page made and torn down again),
+//! verifies it, and hands the engine both the open file and the payload: wasmer maps its ELF
+//! images (cranelift code for this architecture) straight from the file, and loads the other
+//! formats from the bytes. The checksum is XXH3-128: it guards against corruption (a torn or
+//! damaged file), not against someone who can write the trusted directory, and it is checked
+//! on every cold load, where a cryptographic hash cost a fifth of the load. hako never changes
+//! an artifact file in place (it writes a new one and renames it), so a file mapped by a loaded
+//! module keeps its bytes.
 //!
 //! It does not decide which compiler to use, and keeps no modules in memory (see `modules`).
 
 use std::fs;
+use std::io::Read as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -177,23 +180,18 @@ impl ArtifactCache {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(ArtifactError::Read { path, source }),
         };
-        // SAFETY: the directory is hako's own (`open_trusted`'s contract) and hako replaces
-        // artifact files by renaming new ones over them, never by writing into them, so the
-        // mapped bytes do not change while they are used.
-        #[allow(unsafe_code)]
-        // Populated up front: one call maps every page instead of a fault per page.
-        let mapped =
-            unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(|source| {
-                ArtifactError::Read {
-                    path: path.clone(),
-                    source,
-                }
-            })?;
+        // Read whole in one call (the engine keeps the bytes, or copies out of them): a
+        // mapping would cost a page-table entry per page to make and to tear down again.
+        let mut bytes = Vec::new();
+        if let Err(source) = (&file).read_to_end(&mut bytes) {
+            return Err(ArtifactError::Read { path, source });
+        }
+        let mapped = bytes;
         let payload_len = verify(&mapped, key).map_err(|reason| ArtifactError::Refused {
             path: path.clone(),
             reason,
         })?;
-        let bytes = Bytes::from_owner(mapped).slice(..payload_len);
+        let bytes = Bytes::from(mapped).slice(..payload_len);
         if engine.identity() != &key.identity {
             return Err(ArtifactError::Refused {
                 path,
@@ -206,9 +204,11 @@ impl ArtifactCache {
         }
         // SAFETY: the cache directory is trusted (`open_trusted`'s contract), and the payload
         // is exactly what `write` serialized for this engine identity and module: its header
-        // names this identity and module, and its length and checksum match the header.
+        // names this identity and module, and its length and checksum match the header. The
+        // payload starts the file (the header follows it), and files are replaced by renaming,
+        // never written to, so the open file keeps these bytes while the module lives.
         #[allow(unsafe_code)]
-        let module = unsafe { engine.deserialize(bytes)? };
+        let module = unsafe { engine.deserialize_file(&file, bytes)? };
         Ok(Some(module))
     }
 }

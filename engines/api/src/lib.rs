@@ -168,4 +168,22 @@ pub trait Engine: Send + Sync {
     /// checksum and a header first.
     #[allow(unsafe_code)] // the contract is on the caller; this crate runs nothing
     unsafe fn deserialize(&self, bytes: Bytes) -> Result<Arc<dyn Module>, EngineError>;
+
+    /// Loads an artifact whose bytes `payload` are also the start of the open `file`: an
+    /// engine whose artifacts are executable images may map the file itself instead of copying
+    /// the bytes. The default loads `payload` with [`Engine::deserialize`].
+    ///
+    /// # Safety
+    /// As for [`Engine::deserialize`]; and `file` must hold `payload` from its first byte and
+    /// must not change while the module lives (it is replaced by renaming, never written to).
+    #[allow(unsafe_code)]
+    unsafe fn deserialize_file(
+        &self,
+        file: &std::fs::File,
+        payload: Bytes,
+    ) -> Result<Arc<dyn Module>, EngineError> {
+        let _ = file;
+        // SAFETY: the caller upholds `deserialize`'s contract for `payload`.
+        unsafe { self.deserialize(payload) }
+    }
 }

@@ -135,6 +135,8 @@ fn baseline_target(triple: Triple) -> Target {
 pub struct WasmerEngine {
     compiler: Compiler,
     target: Target,
+    /// Whether the target's architecture is this machine's (whatever its CPU features).
+    native_architecture: bool,
     identity: EngineIdentity,
     runs_here: bool,
     /// False for a headless engine: one for a compiler this build lacks, which only loads.
@@ -176,6 +178,7 @@ impl WasmerEngine {
         };
         Ok(Self {
             compiler,
+            native_architecture: target.triple().architecture == host.triple().architecture,
             target,
             identity,
             runs_here,
@@ -189,8 +192,16 @@ impl WasmerEngine {
         let builder = match self.compiler {
             #[cfg(feature = "singlepass")]
             Compiler::Singlepass => EngineBuilder::new(wasmer::sys::Singlepass::new()),
+            // cranelift code for this architecture becomes an ELF image (linked when
+            // compiled), which a load maps straight from the artifact file: no copy, no
+            // relocation, only the pages a call touches are read. wasmer links only images of
+            // the architecture it runs on, so code for another one keeps the plain format.
             #[cfg(feature = "cranelift")]
-            Compiler::Cranelift => EngineBuilder::new(wasmer::sys::Cranelift::new()),
+            Compiler::Cranelift => {
+                let mut cranelift = wasmer::sys::Cranelift::new();
+                cranelift.experimental_artifact(self.native_architecture);
+                EngineBuilder::new(cranelift)
+            }
             #[cfg(feature = "llvm")]
             Compiler::Llvm => EngineBuilder::new(wasmer::sys::LLVM::new()),
             #[allow(unreachable_patterns)]
@@ -270,7 +281,38 @@ impl Engine for WasmerEngine {
             &self.identity.triple,
         )))
     }
+
+    #[allow(unsafe_code)]
+    unsafe fn deserialize_file(
+        &self,
+        file: &std::fs::File,
+        payload: Bytes,
+    ) -> Result<Arc<dyn Module>, EngineError> {
+        use std::os::fd::AsRawFd;
+        // wasmer maps an ELF image from a path; this process's own name for the open file is
+        // the very file the caller verified, whatever has been renamed over its path since.
+        let own_name = std::path::PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        if !self.runs_here || !payload.starts_with(ELF_MAGIC) || !own_name.exists() {
+            // SAFETY: the caller upholds `deserialize`'s contract for `payload`.
+            return unsafe { self.deserialize(payload) };
+        }
+        let engine = self.loading_engine();
+        // SAFETY: the caller guarantees the file holds, from its first byte, an artifact this
+        // engine's identity produced and that it does not change while mapped; wasmer reads
+        // the ELF image's own headers and ignores the bytes after it (hako's header).
+        let module = unsafe { wasmer::Module::deserialize_from_file(&engine, &own_name) }
+            .map_err(|err| EngineError::Deserialize(err.to_string()))?;
+        Ok(Arc::new(WasmerModule::new(
+            engine,
+            module,
+            true,
+            &self.identity.triple,
+        )))
+    }
 }
+
+/// The first bytes of an ELF image: the artifact format wasmer can map from a file.
+const ELF_MAGIC: &[u8] = b"\x7fELF";
 
 /// A compiled module and the engine it belongs to (its own: dropping the module frees its
 /// code once no run holds the engine).
@@ -479,6 +521,28 @@ mod tests {
                 fields.len() == 5 && fields[1].starts_with("r-x") && fields[4] == "0"
             })
             .count()
+    }
+
+    #[test]
+    fn cranelift_code_for_this_machine_is_an_image_mapped_from_its_file() {
+        let engine = WasmerEngine::new(Compiler::Cranelift, None).unwrap();
+        let artifact = engine.compile(EMPTY_FUNCTION).unwrap().serialize().unwrap();
+        assert!(artifact.starts_with(ELF_MAGIC), "not an ELF image");
+        // The store's header follows the payload in the same file.
+        let mut file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut file, &artifact).unwrap();
+        std::io::Write::write_all(&mut file, b"a header after the image").unwrap();
+        // SAFETY: the file holds, from its first byte, what this engine just serialized.
+        let module = unsafe { engine.deserialize_file(&file, Bytes::from(artifact)) };
+        assert!(module.is_ok(), "{:?}", module.err());
+
+        let foreign = WasmerEngine::new(Compiler::Cranelift, Some("aarch64-unknown-linux-gnu"));
+        let foreign = foreign.unwrap().compile(EMPTY_FUNCTION).unwrap();
+        let foreign = foreign.serialize().unwrap();
+        assert!(
+            !foreign.starts_with(ELF_MAGIC),
+            "wasmer links images of its own architecture only"
+        );
     }
 
     #[test]
