@@ -415,3 +415,21 @@ fn a_refused_upload_exits_one_and_names_the_rule() {
     assert!(stderr.contains("Bad Name"), "{stderr}");
     assert_eq!(status(&hako(store.path(), &["tools", "fixture"])), 2);
 }
+
+/// A host error names its cause once, even when the error quotes the cause it also keeps as
+/// its source.
+#[cfg(not(feature = "llvm"))]
+#[test]
+fn a_host_error_names_its_cause_once() {
+    let store = tempfile::tempdir().unwrap();
+    let greet = support::greet_package_dir();
+    let output = hako(
+        store.path(),
+        &["upload", path(&greet), "--compiler", "llvm"],
+    );
+    assert_eq!(status(&output), 1);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let cause = "this build of hako has no llvm compiler";
+    assert_eq!(stderr.matches(cause).count(), 1, "{stderr}");
+    assert!(stderr.starts_with("hako: error: "), "{stderr}");
+}
