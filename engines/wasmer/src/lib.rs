@@ -536,7 +536,12 @@ mod tests {
         let module = unsafe { engine.deserialize_file(&file, Bytes::from(artifact)) };
         assert!(module.is_ok(), "{:?}", module.err());
 
-        let foreign = WasmerEngine::new(Compiler::Cranelift, Some("aarch64-unknown-linux-gnu"));
+        let foreign = if cfg!(target_arch = "x86_64") {
+            "aarch64-unknown-linux-gnu"
+        } else {
+            "x86_64-unknown-linux-gnu"
+        };
+        let foreign = WasmerEngine::new(Compiler::Cranelift, Some(foreign));
         let foreign = foreign.unwrap().compile(EMPTY_FUNCTION).unwrap();
         let foreign = foreign.serialize().unwrap();
         assert!(
