@@ -222,6 +222,21 @@ impl WasmerEngine {
     fn loading_engine(&self) -> wasmer::Engine {
         with_tunables(EngineBuilder::headless().engine().into())
     }
+
+    /// A module loaded on `engine` (its own), ready to run here.
+    fn loaded(
+        &self,
+        engine: wasmer::Engine,
+        loaded: Result<wasmer::Module, wasmer::DeserializeError>,
+    ) -> Result<Arc<dyn Module>, EngineError> {
+        let module = loaded.map_err(|err| EngineError::Deserialize(err.to_string()))?;
+        Ok(Arc::new(WasmerModule::new(
+            engine,
+            module,
+            true,
+            &self.identity.triple,
+        )))
+    }
 }
 
 /// `engine` with hako's memory tunables (the cap, pooled memories).
@@ -269,17 +284,11 @@ impl Engine for WasmerEngine {
                 triple: self.identity.triple.clone(),
             });
         }
+        let engine = self.loading_engine();
         // SAFETY: the caller guarantees `bytes` is an artifact this engine's identity produced
         // (the trait's contract); wasmer 7.4 checks nothing itself.
-        let engine = self.loading_engine();
-        let module = unsafe { wasmer::Module::deserialize(&engine, bytes) }
-            .map_err(|err| EngineError::Deserialize(err.to_string()))?;
-        Ok(Arc::new(WasmerModule::new(
-            engine,
-            module,
-            true,
-            &self.identity.triple,
-        )))
+        let loaded = unsafe { wasmer::Module::deserialize(&engine, bytes) };
+        self.loaded(engine, loaded)
     }
 
     #[allow(unsafe_code)]
@@ -300,14 +309,8 @@ impl Engine for WasmerEngine {
         // SAFETY: the caller guarantees the file holds, from its first byte, an artifact this
         // engine's identity produced and that it does not change while mapped; wasmer reads
         // the ELF image's own headers and ignores the bytes after it (hako's header).
-        let module = unsafe { wasmer::Module::deserialize_from_file(&engine, &own_name) }
-            .map_err(|err| EngineError::Deserialize(err.to_string()))?;
-        Ok(Arc::new(WasmerModule::new(
-            engine,
-            module,
-            true,
-            &self.identity.triple,
-        )))
+        let loaded = unsafe { wasmer::Module::deserialize_from_file(&engine, &own_name) };
+        self.loaded(engine, loaded)
     }
 }
 
