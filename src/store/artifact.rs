@@ -180,18 +180,6 @@ impl ArtifactCache {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(ArtifactError::Read { path, source }),
         };
-        // Read whole in one call (the engine keeps the bytes, or copies out of them): a
-        // mapping would cost a page-table entry per page to make and to tear down again.
-        let mut bytes = Vec::new();
-        if let Err(source) = (&file).read_to_end(&mut bytes) {
-            return Err(ArtifactError::Read { path, source });
-        }
-        let mapped = bytes;
-        let payload_len = verify(&mapped, key).map_err(|reason| ArtifactError::Refused {
-            path: path.clone(),
-            reason,
-        })?;
-        let bytes = Bytes::from(mapped).slice(..payload_len);
         if engine.identity() != &key.identity {
             return Err(ArtifactError::Refused {
                 path,
@@ -202,6 +190,18 @@ impl ArtifactCache {
                 ),
             });
         }
+        // Read whole in one call (the engine keeps the bytes, copies out of them, or maps the
+        // file itself): a mapping here would cost a page-table entry per page to make and to
+        // tear down again.
+        let mut bytes = Vec::new();
+        if let Err(source) = (&file).read_to_end(&mut bytes) {
+            return Err(ArtifactError::Read { path, source });
+        }
+        let payload_len = verify(&bytes, key).map_err(|reason| ArtifactError::Refused {
+            path: path.clone(),
+            reason,
+        })?;
+        let bytes = Bytes::from(bytes).slice(..payload_len);
         // SAFETY: the cache directory is trusted (`open_trusted`'s contract), and the payload
         // is exactly what `write` serialized for this engine identity and module: its header
         // names this identity and module, and its length and checksum match the header. The
