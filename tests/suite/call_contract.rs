@@ -242,3 +242,16 @@ fn a_guest_stopped_by_its_deadline_leaves_the_host_able_to_run_the_next_call() {
         .crashes(CrashKind::Timeout);
     Call::new("greet").args(json!({"name": "again"})).answers();
 }
+
+#[test]
+fn a_guest_looping_through_host_functions_is_stopped_by_its_deadline_without_harm() {
+    // Nearly all of this guest's time is spent in host functions. An interrupt that unwound
+    // host code halfway would leave the engine's store context borrowed or a host lock held,
+    // and a later call would panic or hang; the deadline must still stop every run.
+    for _ in 0..20 {
+        Call::new("spin_in_host")
+            .limits(|limits| limits.timeout = Duration::from_millis(20))
+            .crashes(CrashKind::Timeout);
+    }
+    Call::new("greet").args(json!({"name": "again"})).answers();
+}

@@ -18,21 +18,24 @@
 //! # let _ = module;
 //! ```
 
+mod interrupt;
 mod link;
 mod memory;
 mod pool;
 
 use std::collections::BTreeSet;
 use std::str::FromStr;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use hako_engine_api::{
-    Bytes, Engine, EngineError, EngineIdentity, Host, Import, Interrupt, Module, RunExit,
-    RunLimits, RunResult, Stop, Watchdog,
+    Bytes, Engine, EngineError, EngineIdentity, Host, Import, Module, RunExit, RunLimits,
+    RunResult, Stop, Watchdog,
 };
 use wasmer::sys::{CpuFeature, EngineBuilder, Features, NativeEngineExt, Target, Triple};
 use wasmer::{Exports, Extern, FunctionEnv, Instance, InstantiationError, Store, TypedFunction};
 
+use interrupt::StoreInterrupt;
 use link::{HostEnv, HostStop};
 use memory::{CapScope, CappedTunables};
 
@@ -329,15 +332,6 @@ struct WasmerModule {
     triple: String,
 }
 
-/// Interrupts one store's guest code.
-struct StoreInterrupt(wasmer::Interrupter);
-
-impl Interrupt for StoreInterrupt {
-    fn interrupt(&self) {
-        self.0.interrupt();
-    }
-}
-
 impl Module for WasmerModule {
     fn serialize(&self) -> Result<Vec<u8>, EngineError> {
         self.module
@@ -348,15 +342,20 @@ impl Module for WasmerModule {
 
     fn run(&self, host: Box<dyn Host>, limits: RunLimits, watchdog: &dyn Watchdog) -> RunResult {
         let mut store = Store::new(self.engine.clone());
+        interrupt::install(&mut store);
+        let interrupted = Arc::new(AtomicBool::new(false));
         let env = FunctionEnv::new(
             &mut store,
             HostEnv {
                 host: Some(host),
                 memory: None,
+                interrupted: Arc::clone(&interrupted),
             },
         );
         let exit = if self.runs_here {
-            self.instantiate_and_start(&mut store, &env, limits, watchdog)
+            let interrupt = StoreInterrupt::new(store.interrupter(), interrupted);
+            watchdog.arm(Arc::new(interrupt));
+            self.instantiate_and_start(&mut store, &env, limits)
         } else {
             RunExit::Instantiate(format!(
                 "this module was compiled for {} and cannot run here",
@@ -430,13 +429,11 @@ impl WasmerModule {
         store: &mut Store,
         env: &FunctionEnv<HostEnv>,
         limits: RunLimits,
-        watchdog: &dyn Watchdog,
     ) -> RunExit {
         let imports = match self.imports(store, env) {
             Ok(imports) => imports,
             Err(message) => return RunExit::Instantiate(message),
         };
-        watchdog.arm(Arc::new(StoreInterrupt(store.interrupter())));
         let cap = CapScope::enter(limits.max_memory_bytes);
         // wasmer arms its interrupts only while an exported function runs, not while
         // `Instance::new` runs a start function; arm them here too, so that a start function
@@ -486,10 +483,11 @@ fn entry_points(
 
 /// How a run that ended in an error ended.
 fn classify(error: wasmer::RuntimeError, cap: &CapScope) -> RunExit {
-    if let Some(HostStop(stop)) = error.downcast_ref::<HostStop>() {
+    if let Some(stop) = error.downcast_ref::<HostStop>() {
         return match stop {
-            Stop::Exit(code) => RunExit::Exited(*code),
-            Stop::Abort => RunExit::Aborted,
+            HostStop::Host(Stop::Exit(code)) => RunExit::Exited(*code),
+            HostStop::Host(Stop::Abort) => RunExit::Aborted,
+            HostStop::Interrupted => RunExit::Interrupted,
         };
     }
     let message = error.message();
