@@ -1,5 +1,5 @@
-//! A call's cancellation flag: set once by the deadline timer (or the host), read by every
-//! host function that could block, and able to wake a sleeping one. It does not interrupt
+//! A call's cancellation flag: set once by the deadline timer (or the host), read at the start
+//! of every WASI host call and by every one that could block, and able to wake a sleeping one. It does not interrupt
 //! guest code; the engine's interrupt does that.
 
 use std::sync::atomic::{AtomicBool, Ordering};

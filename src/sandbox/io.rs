@@ -50,7 +50,6 @@ impl<S: Stdio> Wasi<S> {
         count: u32,
         nread_ptr: u32,
     ) -> Result<(), Fail> {
-        self.check_cancel()?;
         memory::iovecs(m, iovs, count)?;
         memory::range(m, nread_ptr, 4)?;
         let mut total = 0u64;
@@ -95,7 +94,6 @@ impl<S: Stdio> Wasi<S> {
         count: u32,
         nwritten_ptr: u32,
     ) -> Result<(), Fail> {
-        self.check_cancel()?;
         let total = memory::iovecs(m, iovs, count)?;
         memory::range(m, nwritten_ptr, 4)?;
         match self.fds.get_mut(fd)? {
@@ -142,7 +140,6 @@ impl<S: Stdio> Wasi<S> {
         offset: u64,
         nread_ptr: u32,
     ) -> Result<(), Fail> {
-        self.check_cancel()?;
         memory::iovecs(m, iovs, count)?;
         memory::range(m, nread_ptr, 4)?;
         let file = readable_file(self.fds.get_mut(fd)?, true)?;
@@ -171,7 +168,6 @@ impl<S: Stdio> Wasi<S> {
         offset: u64,
         nwritten_ptr: u32,
     ) -> Result<(), Fail> {
-        self.check_cancel()?;
         let total = memory::iovecs(m, iovs, count)?;
         memory::range(m, nwritten_ptr, 4)?;
         let file = writable_file(self.fds.get_mut(fd)?, true)?;

@@ -161,9 +161,16 @@ impl<S: Stdio> Wasi<S> {
 
     /// Runs one WASI import. `args` as the API crate says (i32 zero-extended, i64 as is).
     /// Returns the errno (0 = success) as i32; `proc_exit` returns Err(Stop::Exit(code));
-    /// a cancelled call (cancel flag set) returns Err(Stop::Abort) from any function that waits
-    /// and from fd_read/fd_write/poll_oneoff; calling it with an Http* import returns Ok(ENOSYS).
+    /// a cancelled call (cancel flag set) returns Err(Stop::Abort) from every import, and from
+    /// any function that waits when the flag is set during the wait; calling it with an Http*
+    /// import returns Ok(ENOSYS).
     pub fn call(&mut self, import: Import, args: &[u64], memory: &mut [u8]) -> Result<i32, Stop> {
+        // Once the deadline has fired, the next host call ends the guest, whatever the import:
+        // an engine's interrupt only stops guest code, and a guest may spend nearly all its
+        // time in host calls.
+        if self.cancel.is_cancelled() {
+            return Err(Stop::Abort);
+        }
         match self.dispatch(import, Args(args), memory) {
             Ok(()) => Ok(errno::SUCCESS),
             Err(Fail::Errno(code)) => Ok(code),
@@ -267,14 +274,6 @@ impl<S: Stdio> Wasi<S> {
             HttpRequest | HttpReadResponse => Err(Fail::Errno(errno::ENOSYS)),
         }
     }
-
-    /// `Err(Stop::Abort)` once the call is cancelled.
-    fn check_cancel(&self) -> Result<(), Fail> {
-        if self.cancel.is_cancelled() {
-            return Err(Fail::Stop(Stop::Abort));
-        }
-        Ok(())
-    }
 }
 
 /// An import's raw arguments; a missing one reads as 0 (engines always pass them all).
@@ -341,6 +340,22 @@ mod tests {
         assert_eq!(guest.call(Import::HttpRequest, &[0, 0]), Ok(ENOSYS));
         assert_eq!(guest.call(Import::RandomGet, &[100, 32]), Ok(0));
         assert!(guest.memory[100..132].iter().any(|&byte| byte != 0));
+    }
+
+    #[test]
+    fn a_cancelled_call_stops_at_any_import() {
+        let config = config(Vec::new(), Arc::new(WriteBudget::new(0)));
+        let cancel = Arc::clone(&config.cancel);
+        let mut guest = Guest::new(config);
+        assert_eq!(guest.call(Import::SchedYield, &[]), Ok(0));
+        cancel.cancel();
+        assert_eq!(guest.call(Import::SchedYield, &[]), Err(Stop::Abort));
+        assert_eq!(guest.call(Import::RandomGet, &[100, 32]), Err(Stop::Abort));
+        assert_eq!(
+            guest.call(Import::ClockTimeGet, &[0, 1, 100]),
+            Err(Stop::Abort)
+        );
+        assert_eq!(guest.call(Import::ProcExit, &[3]), Err(Stop::Abort));
     }
 
     #[test]

@@ -95,7 +95,6 @@ impl<S: Stdio> Wasi<S> {
         count: u32,
         nevents_ptr: u32,
     ) -> Result<(), Fail> {
-        self.check_cancel()?;
         if count == 0 {
             return Err(Fail::Errno(EINVAL));
         }

@@ -25,7 +25,6 @@ mod pool;
 
 use std::collections::BTreeSet;
 use std::str::FromStr;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use hako_engine_api::{
@@ -343,18 +342,15 @@ impl Module for WasmerModule {
     fn run(&self, host: Box<dyn Host>, limits: RunLimits, watchdog: &dyn Watchdog) -> RunResult {
         let mut store = Store::new(self.engine.clone());
         interrupt::install(&mut store);
-        let interrupted = Arc::new(AtomicBool::new(false));
         let env = FunctionEnv::new(
             &mut store,
             HostEnv {
                 host: Some(host),
                 memory: None,
-                interrupted: Arc::clone(&interrupted),
             },
         );
         let exit = if self.runs_here {
-            let interrupt = StoreInterrupt::new(store.interrupter(), interrupted);
-            watchdog.arm(Arc::new(interrupt));
+            watchdog.arm(Arc::new(StoreInterrupt(store.interrupter())));
             self.instantiate_and_start(&mut store, &env, limits)
         } else {
             RunExit::Instantiate(format!(
@@ -483,11 +479,10 @@ fn entry_points(
 
 /// How a run that ended in an error ended.
 fn classify(error: wasmer::RuntimeError, cap: &CapScope) -> RunExit {
-    if let Some(stop) = error.downcast_ref::<HostStop>() {
+    if let Some(HostStop(stop)) = error.downcast_ref::<HostStop>() {
         return match stop {
-            HostStop::Host(Stop::Exit(code)) => RunExit::Exited(*code),
-            HostStop::Host(Stop::Abort) => RunExit::Aborted,
-            HostStop::Interrupted => RunExit::Interrupted,
+            Stop::Exit(code) => RunExit::Exited(*code),
+            Stop::Abort => RunExit::Aborted,
         };
     }
     let message = error.message();

@@ -3,30 +3,19 @@
 //! Rust signature is chosen from the API crate's table of signatures, so the table stays the
 //! one list of them; this file implements no import itself.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
 use hako_engine_api::{Host, Import, Stop, ValType};
 use wasmer::{Function, FunctionEnv, FunctionEnvMut, Memory, Store};
 
-/// What every host function can reach: the host of this run, the guest's memory, and whether
-/// the run has been interrupted.
+/// What every host function can reach: the host of this run and the guest's memory.
 pub(crate) struct HostEnv {
     pub(crate) host: Option<Box<dyn Host>>,
     pub(crate) memory: Option<Memory>,
-    pub(crate) interrupted: Arc<AtomicBool>,
 }
 
 /// A host call that ends the run, carried through wasmer as the call's error.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum HostStop {
-    /// The host ended the run.
-    #[error("the host stopped the guest: {0:?}")]
-    Host(Stop),
-    /// The run was interrupted (its deadline passed) and the guest made a host call.
-    #[error("the guest was interrupted")]
-    Interrupted,
-}
+#[error("the host stopped the guest: {0:?}")]
+pub(crate) struct HostStop(pub(crate) Stop);
 
 fn dispatch(
     ctx: &mut FunctionEnvMut<HostEnv>,
@@ -34,14 +23,9 @@ fn dispatch(
     args: &[u64],
 ) -> Result<i32, HostStop> {
     let (env, store) = ctx.data_and_store_mut();
-    // An interrupt never unwinds host code (see `interrupt`), so a guest that spends its time
-    // in host calls is stopped here, at the next one.
-    if env.interrupted.load(Ordering::Acquire) {
-        return Err(HostStop::Interrupted);
-    }
     let Some(host) = env.host.as_mut() else {
         // The host is only taken back after the run has ended; no guest code runs then.
-        return Err(HostStop::Host(Stop::Abort));
+        return Err(HostStop(Stop::Abort));
     };
     match env.memory.as_ref() {
         Some(memory) => {
@@ -52,10 +36,10 @@ fn dispatch(
             // the guest, and the slice does not outlive this call, during which the memory
             // cannot grow.
             let bytes = unsafe { view.data_unchecked_mut() };
-            host.call(import, args, bytes).map_err(HostStop::Host)
+            host.call(import, args, bytes).map_err(HostStop)
         }
         // A start function calling an import before `memory` is known sees no memory.
-        None => host.call(import, args, &mut []).map_err(HostStop::Host),
+        None => host.call(import, args, &mut []).map_err(HostStop),
     }
 }
 
@@ -160,7 +144,6 @@ mod tests {
             HostEnv {
                 host: None,
                 memory: None,
-                interrupted: Arc::default(),
             },
         );
         let wasm_type = |ty: &ValType| match ty {
