@@ -34,7 +34,9 @@ use serde::{Deserialize, Serialize};
 
 use super::sha256_hex;
 
-const MAGIC: &[u8] = b"\nHAKO-ARTIFACT-3";
+/// The format's mark; raised whenever the code an engine makes changes meaning for the same
+/// identity (4: wasmer code carries deadline checks), so that older files are recompiled.
+const MAGIC: &[u8] = b"\nHAKO-ARTIFACT-4";
 
 /// What names an artifact: the module and the identity of the code.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -16,6 +16,7 @@ mod call_contract;
 mod check;
 mod cli;
 mod content;
+mod deadlines;
 mod guests_build;
 mod http_abi;
 mod sandbox_rules;

@@ -27,14 +27,21 @@ use std::sync::Mutex;
 use findshlibs::{Segment, SharedLibrary, TargetSharedLibrary};
 use hako_engine_api::Interrupt;
 
-/// Interrupts one store's guest code: refreshes the table of host code, then has wasmer
-/// signal the guest's thread.
-pub(crate) struct StoreInterrupt(pub(crate) wasmer::Interrupter);
+use crate::checks::Flag;
+
+/// Interrupts one store's guest code: raises the deadline flag its compiled checks test
+/// ([`crate::checks`]), refreshes the table of host code, then has wasmer signal the guest's
+/// thread (which stops guest code between two checks, such as a long run without loops).
+pub(crate) struct StoreInterrupt {
+    pub(crate) flag: Flag,
+    pub(crate) signal: wasmer::Interrupter,
+}
 
 impl Interrupt for StoreInterrupt {
     fn interrupt(&self) {
+        self.flag.raise();
         HOST_CODE.refresh();
-        self.0.interrupt();
+        self.signal.interrupt();
     }
 }
 

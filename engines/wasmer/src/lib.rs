@@ -18,6 +18,7 @@
 //! # let _ = module;
 //! ```
 
+mod checks;
 mod interrupt;
 mod link;
 mod memory;
@@ -31,9 +32,12 @@ use hako_engine_api::{
     Bytes, Engine, EngineError, EngineIdentity, Host, Import, Module, RunExit, RunLimits,
     RunResult, Stop, Watchdog,
 };
-use wasmer::sys::{CpuFeature, EngineBuilder, Features, NativeEngineExt, Target, Triple};
+use wasmer::sys::{
+    CompilerConfig, CpuFeature, EngineBuilder, Features, NativeEngineExt, Target, Triple,
+};
 use wasmer::{Exports, Extern, FunctionEnv, Instance, InstantiationError, Store, TypedFunction};
 
+use checks::DeadlineChecks;
 use interrupt::StoreInterrupt;
 use link::{HostEnv, HostStop};
 use memory::{CapScope, CappedTunables};
@@ -189,11 +193,15 @@ impl WasmerEngine {
     }
 
     /// A wasmer engine for one module about to be compiled: this engine's compiler, target
-    /// and WebAssembly features.
+    /// and WebAssembly features, and the deadline checks ([`checks`]) in the code.
     fn compiling_engine(&self) -> wasmer::Engine {
         let builder = match self.compiler {
             #[cfg(feature = "singlepass")]
-            Compiler::Singlepass => EngineBuilder::new(wasmer::sys::Singlepass::new()),
+            Compiler::Singlepass => {
+                let mut singlepass = wasmer::sys::Singlepass::new();
+                singlepass.push_middleware(DeadlineChecks::new());
+                EngineBuilder::new(singlepass)
+            }
             // cranelift code for this architecture becomes an ELF image (linked when
             // compiled), which a load maps straight from the artifact file: no copy, no
             // relocation, only the pages a call touches are read. wasmer links only images of
@@ -202,10 +210,15 @@ impl WasmerEngine {
             Compiler::Cranelift => {
                 let mut cranelift = wasmer::sys::Cranelift::new();
                 cranelift.experimental_artifact(self.native_architecture);
+                cranelift.push_middleware(DeadlineChecks::new());
                 EngineBuilder::new(cranelift)
             }
             #[cfg(feature = "llvm")]
-            Compiler::Llvm => EngineBuilder::new(wasmer::sys::LLVM::new()),
+            Compiler::Llvm => {
+                let mut llvm = wasmer::sys::LLVM::new();
+                llvm.push_middleware(DeadlineChecks::new());
+                EngineBuilder::new(llvm)
+            }
             #[allow(unreachable_patterns)]
             _ => EngineBuilder::headless(),
         };
@@ -349,9 +362,16 @@ impl Module for WasmerModule {
                 memory: None,
             },
         );
+        let interrupt = Arc::new(StoreInterrupt {
+            flag: checks::Flag::default(),
+            signal: store.interrupter(),
+        });
         let exit = if self.runs_here {
-            watchdog.arm(Arc::new(StoreInterrupt(store.interrupter())));
-            self.instantiate_and_start(&mut store, &env, limits)
+            watchdog.arm(Arc::clone(&interrupt) as Arc<dyn hako_engine_api::Interrupt>);
+            // The deadline thread may raise the flag after the run too: before the store goes,
+            // however the run ends, the flag forgets the instance and only records that.
+            let _detach = interrupt.flag.detach_on_drop();
+            self.instantiate_and_start(&mut store, &env, limits, &interrupt.flag)
         } else {
             RunExit::Instantiate(format!(
                 "this module was compiled for {} and cannot run here",
@@ -425,6 +445,7 @@ impl WasmerModule {
         store: &mut Store,
         env: &FunctionEnv<HostEnv>,
         limits: RunLimits,
+        flag: &checks::Flag,
     ) -> RunExit {
         let imports = match self.imports(store, env) {
             Ok(imports) => imports,
@@ -440,7 +461,7 @@ impl WasmerModule {
         };
         let instance = match instantiated {
             Ok(instance) => instance,
-            Err(InstantiationError::Start(error)) => return classify(error, &cap),
+            Err(InstantiationError::Start(error)) => return classify(error, &cap, flag),
             Err(error) if cap.refused() => {
                 return RunExit::OutOfMemory(format!(
                     "the module's initial memory is above the cap of {} bytes: {error}",
@@ -449,6 +470,17 @@ impl WasmerModule {
             }
             Err(error) => return RunExit::Instantiate(error.to_string()),
         };
+        flag.attach(&instance, store);
+        // The start function, taken out of instantiation by the checks, runs now that the
+        // flag reaches it.
+        if let Ok(start) = instance
+            .exports
+            .get_typed_function::<(), ()>(store, checks::START_EXPORT)
+        {
+            if let Err(error) = start.call(store) {
+                return classify(error, &cap, flag);
+            }
+        }
         let start = match entry_points(&instance.exports, store) {
             Ok((memory, start)) => {
                 env.as_mut(store).memory = Some(memory);
@@ -458,7 +490,7 @@ impl WasmerModule {
         };
         match start.call(store) {
             Ok(()) => RunExit::Returned,
-            Err(error) => classify(error, &cap),
+            Err(error) => classify(error, &cap, flag),
         }
     }
 }
@@ -477,8 +509,9 @@ fn entry_points(
     Ok((memory, start))
 }
 
-/// How a run that ended in an error ended.
-fn classify(error: wasmer::RuntimeError, cap: &CapScope) -> RunExit {
+/// How a run that ended in an error ended: a trap at a deadline check's `unreachable` once the
+/// flag is raised is the interrupt.
+fn classify(error: wasmer::RuntimeError, cap: &CapScope, flag: &checks::Flag) -> RunExit {
     if let Some(HostStop(stop)) = error.downcast_ref::<HostStop>() {
         return match stop {
             Stop::Exit(code) => RunExit::Exited(*code),
@@ -488,6 +521,9 @@ fn classify(error: wasmer::RuntimeError, cap: &CapScope) -> RunExit {
     let message = error.message();
     match error.to_trap() {
         Some(wasmer_types::TrapCode::HostInterrupt) => RunExit::Interrupted,
+        Some(wasmer_types::TrapCode::UnreachableCodeReached) if flag.raised() => {
+            RunExit::Interrupted
+        }
         _ if cap.refused() => RunExit::OutOfMemory(format!(
             "the guest was refused memory at its cap, then trapped: {message}"
         )),

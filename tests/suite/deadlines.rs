@@ -1,0 +1,221 @@
+//! Deadlines hold whatever the guest runs: loops of every bulk-memory and table instruction at
+//! sizes up to the memory cap, memory growth, and the same in a start function, each stopped
+//! as `timeout` on every engine configuration, soon after its limit.
+//!
+//! On wasmer these guests spend nearly all their time in the engine's libcalls and libc's
+//! `memmove`/`memset`, where its interrupt signal must not unwind; before the compiled deadline
+//! checks, a `memory.copy` loop outran a 1 s limit by over a minute on cranelift.
+
+use crate::support;
+
+use std::time::{Duration, Instant};
+
+use hako::call::{CallOutcome, CrashKind};
+use support::host::{configs, load, Call};
+
+/// The memory cap of these calls, and the size of every bulk instruction's memory.
+const CAP: u64 = 64 << 20;
+
+/// The time limit of these calls.
+const LIMIT: Duration = Duration::from_millis(200);
+
+/// How far past its limit a call may end here. The requirement is 50 ms, measured by hand
+/// (see the README); a test on a shared machine (and under qemu-user) allows more, and still
+/// fails on code that lets a bulk loop run on: that took seconds to minutes.
+const SLACK: Duration = Duration::from_millis(1500);
+
+/// A module of `CAP` bytes of memory whose `_start` runs `body` forever, with `extra` fields.
+fn looping(extra: &str, body: &str) -> Vec<u8> {
+    let pages = CAP >> 16;
+    wat::parse_str(format!(
+        r#"(module (memory (export "memory") {pages}) {extra}
+             (func $f)
+             (func (export "_start") (loop $l {body} (br $l))))"#
+    ))
+    .unwrap()
+}
+
+/// Runs `wasm` on every configuration and asserts each run ends as a timeout within the slack.
+fn stops_in_time(what: &str, wasm: Vec<u8>) {
+    let call = Call::new("anything").module(wasm).limits(|limits| {
+        limits.timeout = LIMIT;
+        limits.max_memory_bytes = CAP;
+    });
+    for config in configs() {
+        let module = load(config, call.wasm.as_deref().unwrap());
+        let started = Instant::now();
+        let outcome = call.run_module(&module);
+        let took = started.elapsed();
+        match outcome {
+            CallOutcome::Crashed { crash, .. } => {
+                assert_eq!(
+                    crash.kind,
+                    CrashKind::Timeout,
+                    "{what} on {config}: {crash:?}"
+                )
+            }
+            CallOutcome::Answered { result, .. } => {
+                panic!("{what} on {config} answered {result:?}")
+            }
+        }
+        assert!(
+            took < LIMIT + SLACK,
+            "{what} on {config} ran {took:?} against a limit of {LIMIT:?}"
+        );
+    }
+}
+
+#[test]
+fn a_memory_fill_loop_is_stopped_by_its_deadline() {
+    stops_in_time(
+        "memory.fill",
+        looping(
+            "",
+            &format!("(memory.fill (i32.const 0) (i32.const 7) (i32.const {CAP}))"),
+        ),
+    );
+}
+
+#[test]
+fn a_memory_copy_loop_is_stopped_by_its_deadline() {
+    let half = CAP / 2;
+    stops_in_time(
+        "memory.copy",
+        looping(
+            "",
+            &format!("(memory.copy (i32.const 0) (i32.const {half}) (i32.const {half}))"),
+        ),
+    );
+}
+
+#[test]
+fn a_memory_init_loop_is_stopped_by_its_deadline() {
+    // A passive segment of 1 MiB, copied again and again.
+    let segment = "\\2a".repeat(1 << 20);
+    stops_in_time(
+        "memory.init",
+        looping(
+            &format!(r#"(data $d "{segment}")"#),
+            "(memory.init $d (i32.const 0) (i32.const 0) (i32.const 1048576))",
+        ),
+    );
+}
+
+#[test]
+fn a_memory_grow_loop_is_stopped_by_its_deadline() {
+    // It grows to the cap, then is refused growth, forever.
+    let wasm = wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+             (func (export "_start")
+               (loop $l (drop (memory.grow (i32.const 1))) (br $l))))"#,
+    )
+    .unwrap();
+    stops_in_time("memory.grow", wasm);
+}
+
+/// A table of 65,536 function references (the most the wasmtime engine's pool allows).
+const TABLE: u32 = 65_536;
+
+#[test]
+fn a_table_fill_loop_is_stopped_by_its_deadline() {
+    stops_in_time(
+        "table.fill",
+        looping(
+            &format!("(table $t {TABLE} funcref) (elem declare func $f)"),
+            &format!("(table.fill $t (i32.const 0) (ref.func $f) (i32.const {TABLE}))"),
+        ),
+    );
+}
+
+#[test]
+fn a_table_copy_loop_is_stopped_by_its_deadline() {
+    let half = TABLE / 2;
+    stops_in_time(
+        "table.copy",
+        looping(
+            &format!("(table $t {TABLE} funcref) (elem declare func $f)"),
+            &format!("(table.copy $t $t (i32.const 0) (i32.const {half}) (i32.const {half}))"),
+        ),
+    );
+}
+
+#[test]
+fn a_table_init_loop_is_stopped_by_its_deadline() {
+    // A passive segment of 10,000 references, copied again and again.
+    let refs = " $f".repeat(10_000);
+    stops_in_time(
+        "table.init",
+        looping(
+            &format!("(table $t {TABLE} funcref) (elem $e func{refs})"),
+            "(table.init $t $e (i32.const 0) (i32.const 0) (i32.const 10000))",
+        ),
+    );
+}
+
+#[test]
+fn a_bulk_loop_in_a_start_function_is_stopped_by_its_deadline() {
+    let pages = CAP >> 16;
+    let wasm = wat::parse_str(format!(
+        r#"(module (memory (export "memory") {pages})
+             (func $forever
+               (loop $l (memory.fill (i32.const 0) (i32.const 7) (i32.const {CAP})) (br $l)))
+             (start $forever)
+             (func (export "_start")))"#
+    ))
+    .unwrap();
+    stops_in_time("memory.fill in a start function", wasm);
+}
+
+#[test]
+fn a_loop_through_host_calls_is_stopped_by_its_deadline() {
+    let wasm = wat::parse_str(
+        r#"(module
+             (import "wasi_snapshot_preview1" "random_get" (func $random (param i32 i32) (result i32)))
+             (memory (export "memory") 1)
+             (func (export "_start")
+               (loop $l (drop (call $random (i32.const 0) (i32.const 65536))) (br $l))))"#,
+    )
+    .unwrap();
+    stops_in_time("random_get", wasm);
+}
+
+#[test]
+fn a_module_exporting_a_name_the_checks_reserve_is_not_run_as_if_checked() {
+    // The checks' flag travels as an export with a name no toolchain makes; a module that
+    // claims it cannot have its own global taken for the flag.
+    let wasm = wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+             (global (export "\00hako.deadline") (mut i32) (i32.const 0))
+             (func (export "_start")))"#,
+    )
+    .unwrap();
+    for config in configs() {
+        if config.kind() != hako::engines::EngineKind::Wasmer {
+            continue;
+        }
+        let store = support::host::shared_store();
+        let sha = hako::store::sha256_hex(&wasm);
+        let loaded = store.load_module(
+            &hako::store::ModuleSpec {
+                wasm: &wasm,
+                module_sha256: &sha,
+                uses_simd: false,
+                config,
+            },
+            None,
+        );
+        let err = loaded.err().expect("the module does not compile");
+        assert!(format!("{err:#}").contains("reserves"), "{config}: {err:#}");
+    }
+}
+
+#[test]
+fn code_with_deadline_checks_computes_what_it_did_without() {
+    // Every function entry and loop header carries a check: loops, recursion and the sort of
+    // the fixture's `compute` must still give the same answer on every configuration.
+    let answer = Call::new("compute")
+        .args(serde_json::json!({"n": 5000}))
+        .answer_json();
+    assert_eq!(answer["fib"], 17711, "{answer}");
+    assert!(answer["median"].is_u64(), "{answer}");
+}
