@@ -55,6 +55,16 @@ pub struct ServeArgs {
     /// Milliseconds a stop waits for in-flight calls (default: 45000).
     #[arg(long, value_name = "MS")]
     drain_ms: Option<u64>,
+    /// The longest time limit a caller may ask for, in ms (default: 30000, a call's default).
+    #[arg(long, value_name = "MS")]
+    max_timeout_ms: Option<u64>,
+    /// The most linear memory a caller may ask for, in MiB (default: 256, a call's default).
+    #[arg(long, value_name = "MIB")]
+    max_memory_mib: Option<u64>,
+    /// The largest write budget a caller may ask for, in bytes (default: 1 GiB, a call's
+    /// default).
+    #[arg(long, value_name = "BYTES")]
+    max_write_budget: Option<u64>,
     /// Serve one package as an MCP server over stdin and stdout instead of HTTP.
     #[arg(long, value_name = "PACKAGE|NAME")]
     stdio: Option<String>,
@@ -96,6 +106,24 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
     }
     if let Some(ms) = args.drain_ms {
         config.drain = Duration::from_millis(ms);
+    }
+    let max = &mut config.caps.max;
+    if let Some(ms) = args.max_timeout_ms {
+        if ms == 0 {
+            return Err(Failure::Usage("--max-timeout-ms must be at least 1".into()));
+        }
+        max.timeout = Duration::from_millis(ms);
+    }
+    if let Some(mib) = args.max_memory_mib {
+        if !(1..=4096).contains(&mib) {
+            return Err(Failure::Usage(
+                "--max-memory-mib must be 1 to 4096 (a wasm32 memory holds at most 4 GiB)".into(),
+            ));
+        }
+        max.max_memory_bytes = mib << 20;
+    }
+    if let Some(bytes) = args.max_write_budget {
+        max.write_budget = bytes;
     }
     Ok(config)
 }

@@ -88,13 +88,13 @@ pub enum ToolRuleError {
     InputSchema { tool: ToolRef },
     #[error("{tool}: outputSchema must be a JSON object")]
     OutputSchema { tool: ToolRef },
-    #[error("{tool}: {field} is {bytes} bytes; at most 65,536 are allowed")]
+    #[error("{tool}: {field} is {bytes} bytes; at most 64 KiB (65536 bytes) are allowed")]
     SchemaSize {
         tool: ToolRef,
         field: &'static str,
         bytes: usize,
     },
-    #[error("the tools together are {bytes} bytes; at most 262,144 are allowed")]
+    #[error("the tools together are {bytes} bytes; at most 256 KiB (262144 bytes) are allowed")]
     TotalSize { bytes: usize },
 }
 
@@ -374,7 +374,10 @@ mod tests {
                 |i| json!({"name": format!("t{i}"), "inputSchema": {"type": "object", "d": chunk}}),
             )
             .collect();
-        assert_eq!(rule(tools).0, "tools.total_size");
+        let (id, message) = rule(tools);
+        assert_eq!(id, "tools.total_size");
+        // The limit in the ABI's own words.
+        assert!(message.contains("at most 256 KiB"), "{message}");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::calls::{limits_from_json, CallError};
+use super::calls::CallError;
 use super::http::{self, problem, Body};
 use super::mcp::{nesting_exceeds, MAX_NESTING};
 use super::pool::Rejected;
@@ -185,7 +185,7 @@ pub async fn call(server: &Arc<Server>, name: &str, request: Request<Incoming>) 
         Some(arguments @ Value::Object(_)) => arguments.clone(),
         Some(_) => return problem(StatusCode::BAD_REQUEST, "\"arguments\" must be an object"),
     };
-    let limits = match limits_from_json(request.get("limits")) {
+    let limits = match server.calls.caps.from_json(request.get("limits")) {
         Ok(limits) => limits,
         Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
     };

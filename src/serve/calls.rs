@@ -70,6 +70,8 @@ pub struct Calls {
     modules: ModuleCache,
     pool: GuestPool,
     broker: Arc<dyn Broker>,
+    /// The most a caller may ask for.
+    pub caps: LimitCaps,
     pub metrics: Metrics,
 }
 
@@ -81,6 +83,7 @@ impl Calls {
         pool: GuestPool,
         cached_modules: usize,
         broker: Arc<dyn Broker>,
+        caps: LimitCaps,
     ) -> Self {
         Self {
             store,
@@ -90,6 +93,7 @@ impl Calls {
             modules: ModuleCache::new(cached_modules),
             pool,
             broker,
+            caps,
             metrics: Metrics::default(),
         }
     }
@@ -240,34 +244,78 @@ impl Calls {
     }
 }
 
-/// Limits a caller may ask for, checked: `{"timeout_ms", "memory_mib", "write_budget"}`, each
-/// optional, over the defaults of a call.
-pub fn limits_from_json(value: Option<&serde_json::Value>) -> Result<Limits, String> {
-    let mut limits = Limits::CALL;
-    let Some(value) = value else {
-        return Ok(limits);
-    };
-    let Some(fields) = value.as_object() else {
-        return Err("limits must be an object".into());
-    };
-    for (key, field) in fields {
-        let number = field
-            .as_u64()
-            .ok_or_else(|| format!("limits.{key} must be a non-negative integer"))?;
-        match key.as_str() {
-            "timeout_ms" if (1..=600_000).contains(&number) => {
-                limits.timeout = Duration::from_millis(number)
-            }
-            "timeout_ms" => return Err("limits.timeout_ms must be 1 to 600000".into()),
-            "memory_mib" if (1..=4096).contains(&number) => {
-                limits.max_memory_bytes = number * 1024 * 1024
-            }
-            "memory_mib" => return Err("limits.memory_mib must be 1 to 4096".into()),
-            "write_budget" => limits.write_budget = number,
-            other => return Err(format!("unknown limit {other:?}")),
+/// The most a caller may ask for (`hako serve --max-timeout-ms`, `--max-memory-mib`,
+/// `--max-write-budget`), and what a call gets when it asks for nothing: the call defaults,
+/// lowered to the maxima where the operator set those lower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitCaps {
+    pub max: Limits,
+}
+
+impl Default for LimitCaps {
+    /// The maxima are the call defaults: 30 s, 256 MiB, 1 GiB.
+    fn default() -> Self {
+        Self { max: Limits::CALL }
+    }
+}
+
+impl LimitCaps {
+    /// The limits of a call that asks for none.
+    pub fn defaults(&self) -> Limits {
+        Limits {
+            timeout: Limits::CALL.timeout.min(self.max.timeout),
+            max_memory_bytes: Limits::CALL.max_memory_bytes.min(self.max.max_memory_bytes),
+            write_budget: Limits::CALL.write_budget.min(self.max.write_budget),
         }
     }
-    Ok(limits)
+
+    /// Limits a caller asked for, checked: `{"timeout_ms", "memory_mib", "write_budget"}`, each
+    /// optional, over [`LimitCaps::defaults`]. A value past its maximum is refused, naming the
+    /// maximum and the flag that sets it.
+    pub fn from_json(&self, value: Option<&serde_json::Value>) -> Result<Limits, String> {
+        let mut limits = self.defaults();
+        let Some(value) = value else {
+            return Ok(limits);
+        };
+        let Some(fields) = value.as_object() else {
+            return Err("limits must be an object".into());
+        };
+        let max_ms = u64::try_from(self.max.timeout.as_millis()).unwrap_or(u64::MAX);
+        let max_mib = self.max.max_memory_bytes >> 20;
+        for (key, field) in fields {
+            let number = field
+                .as_u64()
+                .ok_or_else(|| format!("limits.{key} must be a non-negative integer"))?;
+            let above = |max: u64, unit: &str, flag: &str| {
+                format!(
+                    "limits.{key} is {number}, above this server's maximum of {max}{unit} \
+                     (hako serve {flag})"
+                )
+            };
+            match key.as_str() {
+                "timeout_ms" if number == 0 => {
+                    return Err("limits.timeout_ms must be at least 1".into())
+                }
+                "timeout_ms" if number > max_ms => {
+                    return Err(above(max_ms, " ms", "--max-timeout-ms"))
+                }
+                "timeout_ms" => limits.timeout = Duration::from_millis(number),
+                "memory_mib" if number == 0 => {
+                    return Err("limits.memory_mib must be at least 1".into())
+                }
+                "memory_mib" if number > max_mib => {
+                    return Err(above(max_mib, " MiB", "--max-memory-mib"))
+                }
+                "memory_mib" => limits.max_memory_bytes = number << 20,
+                "write_budget" if number > self.max.write_budget => {
+                    return Err(above(self.max.write_budget, " bytes", "--max-write-budget"))
+                }
+                "write_budget" => limits.write_budget = number,
+                other => return Err(format!("unknown limit {other:?}")),
+            }
+        }
+        Ok(limits)
+    }
 }
 
 #[cfg(test)]
@@ -277,12 +325,14 @@ mod tests {
 
     #[test]
     fn absent_limits_are_the_call_defaults() {
-        assert_eq!(limits_from_json(None).unwrap(), Limits::CALL);
+        assert_eq!(LimitCaps::default().from_json(None).unwrap(), Limits::CALL);
     }
 
     #[test]
     fn given_limits_replace_the_defaults() {
-        let limits = limits_from_json(Some(&json!({"timeout_ms": 500, "memory_mib": 16}))).unwrap();
+        let limits = LimitCaps::default()
+            .from_json(Some(&json!({"timeout_ms": 500, "memory_mib": 16})))
+            .unwrap();
         assert_eq!(limits.timeout, Duration::from_millis(500));
         assert_eq!(limits.max_memory_bytes, 16 * 1024 * 1024);
         assert_eq!(limits.write_budget, Limits::CALL.write_budget);
@@ -290,15 +340,46 @@ mod tests {
 
     #[test]
     fn out_of_range_or_unknown_limits_are_refused_by_name() {
-        assert!(limits_from_json(Some(&json!({"timeout_ms": 0})))
+        let caps = LimitCaps::default();
+        assert!(caps
+            .from_json(Some(&json!({"timeout_ms": 0})))
             .unwrap_err()
             .contains("timeout_ms"));
-        assert!(limits_from_json(Some(&json!({"memory_mib": 5000})))
-            .unwrap_err()
-            .contains("memory_mib"));
-        assert!(limits_from_json(Some(&json!({"stack": 1})))
+        assert!(caps
+            .from_json(Some(&json!({"stack": 1})))
             .unwrap_err()
             .contains("stack"));
-        assert!(limits_from_json(Some(&json!([1]))).is_err());
+        assert!(caps.from_json(Some(&json!([1]))).is_err());
+    }
+
+    #[test]
+    fn a_caller_cannot_ask_for_more_than_the_operator_allows() {
+        let caps = LimitCaps::default();
+        let refused = |limits| caps.from_json(Some(&limits)).unwrap_err();
+        assert_eq!(
+            refused(json!({"timeout_ms": 600_000})),
+            "limits.timeout_ms is 600000, above this server's maximum of 30000 ms \
+             (hako serve --max-timeout-ms)"
+        );
+        assert!(refused(json!({"memory_mib": 4096})).contains("maximum of 256 MiB"));
+        assert!(refused(json!({"write_budget": u64::MAX})).contains("--max-write-budget"));
+        // At the maximum is allowed.
+        let at_max = caps
+            .from_json(Some(&json!({"timeout_ms": 30_000, "memory_mib": 256})))
+            .unwrap();
+        assert_eq!(at_max, Limits::CALL);
+    }
+
+    #[test]
+    fn maxima_below_the_defaults_lower_the_defaults() {
+        let caps = LimitCaps {
+            max: Limits {
+                timeout: Duration::from_secs(2),
+                max_memory_bytes: 32 << 20,
+                write_budget: 0,
+            },
+        };
+        assert_eq!(caps.defaults(), caps.max);
+        assert_eq!(caps.from_json(None).unwrap(), caps.max);
     }
 }

@@ -10,7 +10,7 @@
 //!
 //! | route | what |
 //! | --- | --- |
-//! | `GET /healthz` | `ok` |
+//! | `GET /healthz`, `HEAD /healthz` | `ok` |
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /v1/packages`, `GET /v1/packages/{name}`, `POST /v1/packages`, `POST /v1/packages/{name}/call` | the operator API |
 //! | `POST /mcp/{name}` | MCP Streamable HTTP (JSON answers; `GET` is 405: no stream is offered) |
@@ -176,7 +176,8 @@ pub async fn route(
 ) -> Result<Response<Body>, Infallible> {
     let path = request.uri().path().to_string();
     let method = request.method().clone();
-    if path == "/healthz" && method == Method::GET {
+    if path == "/healthz" && (method == Method::GET || method == Method::HEAD) {
+        // hyper sends a HEAD answer's headers alone.
         return Ok(respond(StatusCode::OK, "text/plain; charset=utf-8", "ok\n"));
     }
     if let Some(origin) = request.headers().get(header::ORIGIN) {

@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 
 use super::calls::{CallError, Calls, Served};
 use super::pool::Rejected;
-use crate::call::{CallOutcome, Limits};
+use crate::call::CallOutcome;
 use crate::protocol::{CallResult, ShownBlock, PROTOCOL_VERSION};
 
 /// The deepest nesting of arrays and objects an incoming message may have.
@@ -356,7 +356,7 @@ fn tools_call(
             ))
         }
     };
-    match calls.submit(served, tool.to_string(), arguments, Limits::CALL) {
+    match calls.submit(served, tool.to_string(), arguments, calls.caps.defaults()) {
         Ok(receiver) => Dispatch::Pending(Pending {
             id,
             stateless,

@@ -65,6 +65,8 @@ pub struct ServeConfig {
     pub keepalive: Duration,
     /// How long a stop waits for in-flight requests and calls.
     pub drain: Duration,
+    /// The most limits a caller may ask for (default: the call defaults).
+    pub caps: calls::LimitCaps,
 }
 
 impl ServeConfig {
@@ -87,6 +89,7 @@ impl ServeConfig {
             max_upload_bytes: 128 * 1024 * 1024,
             keepalive: Duration::from_secs(15),
             drain: Duration::from_secs(45),
+            caps: calls::LimitCaps::default(),
         }
     }
 }
@@ -143,6 +146,7 @@ fn calls(config: &ServeConfig) -> Result<Arc<Calls>, ServeError> {
         pool,
         config.cached_modules,
         broker,
+        config.caps,
     )))
 }
 

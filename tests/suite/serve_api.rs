@@ -148,6 +148,65 @@ fn a_crash_is_an_outcome_and_unknown_names_are_404() {
 }
 
 #[test]
+fn a_caller_cannot_raise_its_limits_past_the_operators_maxima() {
+    let store = serve_support::store();
+    let server = Server::start(
+        store.path(),
+        &[
+            "--max-timeout-ms",
+            "1000",
+            "--max-memory-mib",
+            "64",
+            "--max-write-budget",
+            "4096",
+        ],
+    );
+    for (limits, named) in [
+        (
+            json!({"timeout_ms": 600_000}),
+            "maximum of 1000 ms (hako serve --max-timeout-ms)",
+        ),
+        (
+            json!({"memory_mib": 4096}),
+            "maximum of 64 MiB (hako serve --max-memory-mib)",
+        ),
+        (
+            json!({"write_budget": u64::MAX}),
+            "maximum of 4096 bytes (hako serve --max-write-budget)",
+        ),
+    ] {
+        let reply = server.post_json(
+            "/v1/packages/greet/call",
+            &json!({"tool": "greet", "arguments": {"name": "x"}, "limits": limits}),
+        );
+        assert_eq!(reply.status, 400, "{limits}: {}", reply.text());
+        assert!(reply.text().contains(named), "{limits}: {}", reply.text());
+    }
+    // Asking for nothing gets the maxima where they are below the defaults: the fixture's
+    // spin is stopped at 1 s, not 30.
+    let reply = server.post_json("/v1/packages/fixture/call", &json!({"tool": "spin"}));
+    let outcome = reply.json();
+    assert_eq!(outcome["crash"]["kind"], "timeout", "{outcome}");
+    assert!(
+        outcome["crash"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1000 ms"),
+        "{outcome}"
+    );
+}
+
+#[test]
+fn healthz_answers_head_as_well_as_get() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &["--token", "secret"]);
+    let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+    serve_support::write_request(&mut stream, "HEAD", "/healthz", &[], b"");
+    let (status, _) = serve_support::read_head(&mut std::io::BufReader::new(stream));
+    assert_eq!(status, 200);
+}
+
+#[test]
 fn a_limit_given_with_the_call_applies() {
     let store = serve_support::store();
     let server = Server::start(store.path(), &[]);

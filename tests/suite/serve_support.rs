@@ -184,7 +184,7 @@ impl Reply {
     }
 }
 
-fn write_request(
+pub fn write_request(
     stream: &mut TcpStream,
     method: &str,
     path: &str,
@@ -205,7 +205,7 @@ fn write_request(
     stream.write_all(body).expect("the body is sent");
 }
 
-fn read_head(reader: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
+pub fn read_head(reader: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
     let mut status_line = String::new();
     reader.read_line(&mut status_line).expect("a status line");
     let status = status_line
