@@ -189,12 +189,9 @@ impl Calls {
         arguments: serde_json::Value,
         limits: Limits,
     ) -> Result<CallOutcome, CallError> {
-        self.metrics.started();
-        let started = Instant::now();
-        let result = self.run_counted(package, tool, arguments, limits);
-        self.metrics
-            .finished(result.as_ref().ok(), started.elapsed());
-        result
+        metered(&self.metrics, || {
+            self.run_counted(package, tool, arguments, limits)
+        })
     }
 
     fn run_counted(
@@ -242,6 +239,26 @@ impl Calls {
         call::call_tool(&loaded.module, request, stats)
             .map_err(|err| CallError::Host(err.to_string()))
     }
+}
+
+/// Runs `call`, counted in `metrics` from start to finish. A call that panics is counted as a
+/// host failure and answered as one, so that it neither stays "in flight" for good nor leaves
+/// its client without an answer.
+fn metered(
+    metrics: &Metrics,
+    call: impl FnOnce() -> Result<CallOutcome, CallError>,
+) -> Result<CallOutcome, CallError> {
+    metrics.started();
+    let started = Instant::now();
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).unwrap_or_else(|_| {
+            tracing::error!("a call panicked in the host");
+            Err(CallError::Host(
+                "the call failed in the host (it panicked)".into(),
+            ))
+        });
+    metrics.finished(result.as_ref().ok(), started.elapsed());
+    result
 }
 
 /// The most a caller may ask for (`hako serve --max-timeout-ms`, `--max-memory-mib`,
@@ -322,6 +339,18 @@ impl LimitCaps {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_call_that_panics_is_counted_as_finished_and_answered_as_a_host_failure() {
+        let metrics = Metrics::default();
+        metrics.queued();
+        let result = metered(&metrics, || panic!("on purpose"));
+        assert!(matches!(result, Err(CallError::Host(_))), "{result:?}");
+        assert_eq!(metrics.in_flight(), 0);
+        assert!(metrics
+            .render()
+            .contains("hako_calls_total{outcome=\"host_error\"} 1"));
+    }
 
     #[test]
     fn absent_limits_are_the_call_defaults() {
