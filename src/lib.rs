@@ -23,3 +23,20 @@ pub mod upload;
 
 /// hako's version, as sent in `clientInfo`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// An error and its causes as one line, `: `-joined, skipping a cause whose message the line
+/// already carries (many errors quote their cause in their own message and also keep it as
+/// their source, which would otherwise print it twice).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let message = cause.to_string();
+        if !line.contains(&message) {
+            line.push_str(": ");
+            line.push_str(&message);
+        }
+        source = cause.source();
+    }
+    line
+}

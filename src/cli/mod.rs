@@ -82,22 +82,10 @@ impl Failure {
     }
 }
 
-/// A host error as one line: the error and each cause, separated by `: `, skipping a cause
-/// whose message the line already carries (many errors quote their cause in their own message
-/// and also keep it as their source, which would otherwise print it twice).
+/// A host error as one line: the error and each cause not already quoted, see
+/// [`crate::error_chain`].
 pub fn error_line(err: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in err.chain() {
-        let message = cause.to_string();
-        if line.contains(&message) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&message);
-    }
-    line
+    crate::error_chain(err.as_ref())
 }
 
 /// Runs the command line.

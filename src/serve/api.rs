@@ -23,7 +23,7 @@ use super::calls::CallError;
 use super::http::{self, problem, Body};
 use super::mcp::{nesting_exceeds, MAX_NESTING};
 use super::pool::Rejected;
-use super::Server;
+use super::{fault, Server};
 use crate::package::{self, LoadError};
 use crate::store::PutResult;
 use crate::upload::{self, UploadError, UploadOptions};
@@ -32,7 +32,7 @@ use crate::upload::{self, UploadError, UploadOptions};
 pub fn list(server: &Server) -> Response<Body> {
     let names = match server.calls.store().list() {
         Ok(names) => names,
-        Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string()),
+        Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
     };
     let packages: Vec<Value> = names
         .iter()
@@ -68,7 +68,7 @@ pub fn show(server: &Server, name: &str) -> Response<Body> {
             )
         }
         Err(err @ CallError::UnknownPackage(_)) => problem(StatusCode::NOT_FOUND, &err.to_string()),
-        Err(err) => problem(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string()),
+        Err(err) => problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
     }
 }
 
@@ -81,8 +81,8 @@ enum UploadFailure {
 }
 
 impl UploadFailure {
-    fn internal(err: &dyn std::fmt::Display) -> Self {
-        UploadFailure::Internal(err.to_string())
+    fn internal(err: &(dyn std::error::Error + 'static)) -> Self {
+        UploadFailure::Internal(fault::report(err))
     }
 
     fn response(self) -> Response<Body> {
@@ -144,10 +144,7 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
             http::json(status, &summary)
         }
         Ok(Err(failure)) => failure.response(),
-        Err(err) => problem(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("the upload failed: {err}"),
-        ),
+        Err(err) => problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
     }
 }
 
@@ -158,7 +155,7 @@ pub async fn call(server: &Arc<Server>, name: &str, request: Request<Incoming>) 
         Err(err @ CallError::UnknownPackage(_)) => {
             return problem(StatusCode::NOT_FOUND, &err.to_string())
         }
-        Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string()),
+        Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
     };
     let body = match http::read_body(request, server.config.max_body_bytes).await {
         Ok(body) => body,
@@ -202,6 +199,6 @@ pub async fn call(server: &Arc<Server>, name: &str, request: Request<Incoming>) 
             "application/json",
             json!({"error": err.to_string()}).to_string(),
         ),
-        Err(err) => problem(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string()),
+        Err(err) => problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
     }
 }

@@ -307,7 +307,12 @@ async fn one_shot(
                     ),
                 )
             }
-            Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &err.to_string()),
+            Err(err) => {
+                return problem(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &super::fault::report(&err),
+                )
+            }
         },
     };
     let mut response = match served(server, &name) {

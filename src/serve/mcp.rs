@@ -21,6 +21,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::oneshot;
 
 use super::calls::{CallError, Calls, Served};
+use super::fault;
 use super::pool::Rejected;
 use crate::call::CallOutcome;
 use crate::protocol::{CallResult, ShownBlock, PROTOCOL_VERSION};
@@ -83,7 +84,7 @@ impl Pending {
                 }
                 result(&self.id, answer)
             }
-            Ok(Err(err)) => error(&self.id, code::INTERNAL_ERROR, &err.to_string()),
+            Ok(Err(err)) => error(&self.id, code::INTERNAL_ERROR, &fault::report(&err)),
             Err(_) => error(
                 &self.id,
                 code::INTERNAL_ERROR,
@@ -254,7 +255,14 @@ pub fn dispatch(calls: &Arc<Calls>, package: &str, bytes: &[u8]) -> Dispatch {
     };
     match calls.package(package) {
         Ok(served) => answer(calls, served, request),
-        Err(err) => Dispatch::Answer(error(&request.id, code::INTERNAL_ERROR, &err.to_string())),
+        Err(err @ CallError::UnknownPackage(_)) => {
+            Dispatch::Answer(error(&request.id, code::INVALID_PARAMS, &err.to_string()))
+        }
+        Err(err) => Dispatch::Answer(error(
+            &request.id,
+            code::INTERNAL_ERROR,
+            &fault::report(&err),
+        )),
     }
 }
 
@@ -370,7 +378,7 @@ fn tools_call(
         Err(err @ CallError::UnknownTool { .. }) => {
             Dispatch::Answer(error(&id, code::INVALID_PARAMS, &err.to_string()))
         }
-        Err(err) => Dispatch::Answer(error(&id, code::INTERNAL_ERROR, &err.to_string())),
+        Err(err) => Dispatch::Answer(error(&id, code::INTERNAL_ERROR, &fault::report(&err))),
     }
 }
 

@@ -15,6 +15,7 @@
 
 pub mod api;
 pub mod calls;
+pub mod fault;
 pub mod http;
 pub mod mcp;
 pub mod metrics;

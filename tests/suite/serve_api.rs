@@ -197,6 +197,41 @@ fn a_caller_cannot_raise_its_limits_past_the_operators_maxima() {
 }
 
 #[test]
+fn a_host_failure_tells_the_client_a_request_id_and_the_log_its_cause() {
+    let store = serve_support::store();
+    let log_path = store.path().join("server.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let server = Server::start_logging(store.path(), &[], &[], log);
+    // A stored version whose module has gone: the store's error names its file.
+    let versions = store.path().join("packages").join("greet");
+    for entry in std::fs::read_dir(&versions).unwrap() {
+        let module = entry.unwrap().path().join("module.wasm");
+        if module.exists() {
+            std::fs::remove_file(module).unwrap();
+        }
+    }
+    let reply = server.post_json(
+        "/v1/packages/greet/call",
+        &json!({"tool": "greet", "arguments": {"name": "x"}}),
+    );
+    assert_eq!(reply.status, 500, "{}", reply.text());
+    let text = reply.text();
+    let store_path = store.path().display().to_string();
+    assert!(!text.contains(&store_path), "{text}");
+    let id = text
+        .split("request id ")
+        .nth(1)
+        .and_then(|rest| rest.get(..16))
+        .unwrap_or_else(|| panic!("no request id in {text}"));
+    let logged = std::fs::read_to_string(&log_path).unwrap();
+    let line = logged
+        .lines()
+        .find(|line| line.contains(id))
+        .unwrap_or_else(|| panic!("the log has no line with {id}: {logged}"));
+    assert!(line.contains("module.wasm"), "{line}");
+}
+
+#[test]
 fn healthz_answers_head_as_well_as_get() {
     let store = serve_support::store();
     let server = Server::start(store.path(), &["--token", "secret"]);

@@ -63,6 +63,16 @@ impl Server {
 
     /// Like [`Server::start`], with environment variables.
     pub fn start_with(store: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::start_logging(store, args, env, Stdio::inherit())
+    }
+
+    /// Like [`Server::start_with`], with the server's log (its stderr) going to `log`.
+    pub fn start_logging(
+        store: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        log: impl Into<Stdio>,
+    ) -> Server {
         let mut command = hako();
         command
             .args(["serve", "--listen", "127.0.0.1:0", "--store"])
@@ -71,7 +81,7 @@ impl Server {
             .env_remove("HAKO_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(log);
         for (key, value) in env {
             command.env(key, value);
         }

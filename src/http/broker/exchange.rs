@@ -91,7 +91,10 @@ async fn exchange(pools: &Pools, job: Job) -> Result<Answer, HttpError> {
         let response = lane.client.request(outgoing).await.map_err(|error| {
             HttpError::new(
                 ErrorKind::Connection,
-                format!("the request to {authority} failed: {}", chain(&error)),
+                format!(
+                    "the request to {authority} failed: {}",
+                    crate::error_chain(&error)
+                ),
             )
         })?;
         let status = response.status();
@@ -300,21 +303,6 @@ fn response_headers(headers: &http::HeaderMap) -> Vec<(String, String)> {
             )
         })
         .collect()
-}
-
-/// An error and its sources, `: `-joined: hyper's own message alone says little.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let more = cause.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// Removes a partial output of a request that failed.

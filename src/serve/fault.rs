@@ -1,0 +1,45 @@
+//! Host failures as a client sees them: a fixed sentence with a request id, never the cause,
+//! whose text can name the store's folders and files; the cause goes to the server's log, with
+//! its whole chain and the same id, so that an operator can find it from what a client reports.
+//!
+//! What this file does not do: decide which failures are the client's (those are answered
+//! with their reason, as 4xx or JSON-RPC errors, where they happen).
+
+/// Logs `error` with its causes under a new request id, and returns what the client is told.
+pub fn report(error: &(dyn std::error::Error + 'static)) -> String {
+    let id = request_id();
+    tracing::error!(request_id = %id, "{}", crate::error_chain(error));
+    public_message(&id)
+}
+
+/// The sentence a client gets for a host failure.
+fn public_message(id: &str) -> String {
+    format!("the server failed to handle this request (request id {id}); its log has the cause")
+}
+
+/// 16 hex digits from the OS's random source (a counter if that fails: ids must only differ).
+fn request_id() -> String {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        bytes = NEXT
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .to_be_bytes();
+    }
+    hex::encode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_names_no_cause_and_ids_differ() {
+        let error = std::io::Error::other("cannot open /srv/store/packages/x/1.0.0/module.wasm");
+        let first = report(&error);
+        let second = report(&error);
+        assert!(!first.contains("/srv"), "{first}");
+        assert!(first.contains("request id "), "{first}");
+        assert_ne!(first, second);
+    }
+}
