@@ -61,6 +61,37 @@ pub enum StoreError {
     VersionChanged { name: String, version: String },
     #[error("the stored record {path} is malformed: {reason}")]
     Malformed { path: PathBuf, reason: String },
+    #[error(
+        "the store folder {path} {reason}; only hako may write to a store (it loads native code \
+         from it), so the folder must belong to the user running hako and be writable by no one \
+         else"
+    )]
+    Untrusted { path: PathBuf, reason: String },
+}
+
+/// Refuses `dir` unless it belongs to the user running hako and no one else may write it.
+fn only_ours(dir: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = fs::metadata(dir).map_err(io("reading", dir))?;
+    let untrusted = |reason: String| StoreError::Untrusted {
+        path: dir.to_path_buf(),
+        reason,
+    };
+    let user = rustix::process::geteuid().as_raw();
+    if metadata.uid() != user {
+        return Err(untrusted(format!(
+            "belongs to user {}, not to user {user} who runs hako",
+            metadata.uid()
+        )));
+    }
+    let mode = metadata.mode();
+    if mode & 0o022 != 0 {
+        return Err(untrusted(format!(
+            "is writable by its group or by everyone (mode {:o})",
+            mode & 0o7777
+        )));
+    }
+    Ok(())
 }
 
 fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
@@ -127,11 +158,20 @@ impl Store {
     ///
     /// The artifact cache beneath it is loaded as native code, so `root` must be a folder only
     /// hako writes: that is the operator's contract with `hako`, stated in the README.
+    ///
+    /// What can be checked of that contract is: the folder and its `artifacts/` must belong to
+    /// the user running hako and be writable by no group and no other user; otherwise the store
+    /// is refused ([`StoreError::Untrusted`]).
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
         let root = root.into();
         let artifacts_dir = root.join("artifacts");
-        // SAFETY: the store folder is hako's own by the operator's contract above; artifacts
-        // are further verified by header and checksum before every load.
+        fs::create_dir_all(&artifacts_dir).map_err(io("creating", &artifacts_dir))?;
+        for dir in [&root, &artifacts_dir] {
+            only_ours(dir)?;
+        }
+        // SAFETY: the folder belongs to this user and no one else may write it (checked just
+        // above), and by the operator's contract only hako writes it; artifacts are further
+        // verified by header and checksum before every load.
         #[allow(unsafe_code)]
         let artifacts = unsafe { ArtifactCache::open_trusted(&artifacts_dir) }
             .map_err(io("creating", &artifacts_dir))?;

@@ -433,3 +433,48 @@ fn a_host_error_names_its_cause_once() {
     assert_eq!(stderr.matches(cause).count(), 1, "{stderr}");
     assert!(stderr.starts_with("hako: error: "), "{stderr}");
 }
+
+#[test]
+fn a_store_folder_that_others_may_write_or_own_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let store = tempfile::tempdir().unwrap();
+    let greet = support::greet_package_dir();
+    std::fs::set_permissions(store.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let output = hako(store.path(), &["upload", path(&greet)]);
+    assert_eq!(status(&output), 1);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("writable by its group or by everyone (mode 777)"),
+        "{stderr}"
+    );
+    assert!(
+        !store.path().join("packages").exists(),
+        "nothing was stored"
+    );
+
+    std::fs::set_permissions(store.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let artifacts = store.path().join("artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    // Another owner can only be given by root; as another user that part cannot arise here.
+    if std::os::unix::fs::chown(&artifacts, Some(65534), None).is_ok() {
+        let output = hako(store.path(), &["upload", path(&greet)]);
+        assert_eq!(status(&output), 1);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("belongs to user 65534"), "{stderr}");
+    }
+    std::os::unix::fs::chown(&artifacts, Some(own_uid()), None).ok();
+    let output = hako(store.path(), &["upload", path(&greet)]);
+    assert_eq!(
+        status(&output),
+        0,
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The user running the tests: the owner of a folder it makes.
+fn own_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    let probe = tempfile::tempdir().unwrap();
+    std::fs::metadata(probe.path()).unwrap().uid()
+}
