@@ -17,6 +17,7 @@
 
 use std::sync::Arc;
 
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::sync::oneshot;
 
@@ -66,9 +67,26 @@ pub enum Dispatch {
     Busy(Vec<u8>),
 }
 
+/// A request's id exactly as the client wrote it (its JSON text), echoed byte for byte: `1e2`
+/// stays `1e2`, and an integer past 2^64 keeps every digit.
+#[derive(Debug, Clone)]
+pub struct Id(Box<RawValue>);
+
+impl Id {
+    /// The id of an answer to a message whose id could not be read: `null`.
+    pub fn null() -> Id {
+        Id(RawValue::from_string("null".into()).expect("null is JSON"))
+    }
+
+    /// The id as JSON text.
+    pub fn as_json(&self) -> &str {
+        self.0.get()
+    }
+}
+
 /// A tool call running or queued on a guest thread.
 pub struct Pending {
-    id: Value,
+    id: Id,
     stateless: bool,
     receiver: oneshot::Receiver<Result<CallOutcome, CallError>>,
 }
@@ -123,16 +141,16 @@ pub fn nesting_exceeds(bytes: &[u8], max: usize) -> bool {
 }
 
 /// A JSON-RPC result message: `{"jsonrpc":"2.0","id":…,"result":…}`, compact.
-pub fn result(id: &Value, result: Value) -> Vec<u8> {
+pub fn result(id: &Id, result: Value) -> Vec<u8> {
     message(id, "result", &result)
 }
 
 /// A JSON-RPC error message.
-pub fn error(id: &Value, code: i64, text: &str) -> Vec<u8> {
+pub fn error(id: &Id, code: i64, text: &str) -> Vec<u8> {
     message(id, "error", &json!({"code": code, "message": text}))
 }
 
-fn error_with_data(id: &Value, code: i64, text: &str, data: Value) -> Vec<u8> {
+fn error_with_data(id: &Id, code: i64, text: &str, data: Value) -> Vec<u8> {
     message(
         id,
         "error",
@@ -140,11 +158,10 @@ fn error_with_data(id: &Value, code: i64, text: &str, data: Value) -> Vec<u8> {
     )
 }
 
-fn message(id: &Value, member: &str, value: &Value) -> Vec<u8> {
+fn message(id: &Id, member: &str, value: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
     out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-    // Values made of serde_json's own types always serialize.
-    let _ = serde_json::to_writer(&mut out, id);
+    out.extend_from_slice(id.as_json().as_bytes());
     out.extend_from_slice(b",\"");
     out.extend_from_slice(member.as_bytes());
     out.extend_from_slice(b"\":");
@@ -153,9 +170,26 @@ fn message(id: &Value, member: &str, value: &Value) -> Vec<u8> {
     out
 }
 
+/// The id of the message `bytes` as the client wrote it; `parsed` (its value, already read)
+/// serialized when the text cannot be had (a message with two ids: the last one counts, as it
+/// does for the rest of the message).
+fn exact_id(bytes: &[u8], parsed: &Value) -> Id {
+    #[derive(serde::Deserialize)]
+    struct IdOnly<'a> {
+        #[serde(borrow)]
+        id: &'a RawValue,
+    }
+    match serde_json::from_slice::<IdOnly>(bytes) {
+        Ok(message) => Id(message.id.to_owned()),
+        Err(_) => {
+            Id(serde_json::value::to_raw_value(parsed).expect("a string or a number serializes"))
+        }
+    }
+}
+
 /// A request, once the message passed every check that needs no package.
 struct Request {
-    id: Value,
+    id: Id,
     method: String,
     params: Map<String, Value>,
     /// Whether the request is of the stateless style (its `_meta` names a revision).
@@ -168,7 +202,7 @@ fn read(bytes: &[u8]) -> Result<Request, Dispatch> {
     if nesting_exceeds(bytes, MAX_NESTING) {
         let text = format!("the message nests deeper than {MAX_NESTING} arrays and objects");
         return Err(Dispatch::Answer(error(
-            &Value::Null,
+            &Id::null(),
             code::PARSE_ERROR,
             &text,
         )));
@@ -178,7 +212,7 @@ fn read(bytes: &[u8]) -> Result<Request, Dispatch> {
         Err(err) => {
             let text = format!("the message is not JSON: {err}");
             return Err(Dispatch::Answer(error(
-                &Value::Null,
+                &Id::null(),
                 code::PARSE_ERROR,
                 &text,
             )));
@@ -186,7 +220,7 @@ fn read(bytes: &[u8]) -> Result<Request, Dispatch> {
     };
     let invalid = |text: &str| {
         Err(Dispatch::Answer(error(
-            &Value::Null,
+            &Id::null(),
             code::INVALID_REQUEST,
             text,
         )))
@@ -200,7 +234,7 @@ fn read(bytes: &[u8]) -> Result<Request, Dispatch> {
     let id = match message.remove("id") {
         None => None,
         Some(Value::Null) => return invalid("\"id\" must not be null"),
-        Some(id @ (Value::String(_) | Value::Number(_))) => Some(id),
+        Some(id @ (Value::String(_) | Value::Number(_))) => Some(exact_id(bytes, &id)),
         Some(_) => return invalid("\"id\" must be a string or a number"),
     };
     let Some(method) = message.get("method").and_then(Value::as_str) else {
@@ -342,7 +376,7 @@ fn discover(served: &Served) -> Value {
 fn tools_call(
     calls: &Arc<Calls>,
     served: Arc<Served>,
-    id: Value,
+    id: Id,
     stateless: bool,
     params: &Map<String, Value>,
 ) -> Dispatch {
@@ -496,7 +530,10 @@ mod tests {
         match read(bytes) {
             Err(Dispatch::Answer(answer)) => serde_json::from_slice(&answer).unwrap(),
             Err(Dispatch::Silent) => Value::String("silent".into()),
-            Ok(request) => json!({"method": request.method, "id": request.id}),
+            Ok(request) => {
+                let id: Value = serde_json::from_str(request.id.as_json()).unwrap();
+                json!({"method": request.method, "id": id})
+            }
             Err(_) => Value::String("other".into()),
         }
     }
@@ -557,12 +594,35 @@ mod tests {
     }
 
     #[test]
+    fn ids_are_echoed_as_the_client_wrote_them() {
+        for id in [
+            "1e2",
+            "18446744073709551616",
+            "-0",
+            "1.50",
+            r#""\u0041b""#,
+            "7",
+        ] {
+            let message = format!(r#"{{"jsonrpc":"2.0","id": {id} ,"method":"ping"}}"#);
+            let Ok(request) = read(message.as_bytes()) else {
+                panic!("{id} is read");
+            };
+            let answer = String::from_utf8(result(&request.id, json!({}))).unwrap();
+            assert_eq!(
+                answer,
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#)
+            );
+        }
+    }
+
+    #[test]
     fn answers_are_compact_json_rpc() {
+        let one = exact_id(br#"{"id":1}"#, &json!(1));
         assert_eq!(
-            result(&json!(1), json!({})),
+            result(&one, json!({})),
             br#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_vec()
         );
-        let err = String::from_utf8(error(&Value::Null, code::INVALID_REQUEST, "no")).unwrap();
+        let err = String::from_utf8(error(&Id::null(), code::INVALID_REQUEST, "no")).unwrap();
         assert!(
             err.contains(r#""id":null"#) && err.contains("-32600"),
             "{err}"

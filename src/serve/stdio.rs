@@ -103,7 +103,7 @@ where
         let answer = match read {
             Read::Eof => break,
             Read::TooLong => Some(mcp::error(
-                &serde_json::Value::Null,
+                &mcp::Id::null(),
                 code::PARSE_ERROR,
                 &format!("the line is longer than {MAX_LINE} bytes; it was discarded"),
             )),

@@ -179,6 +179,23 @@ fn message_boundaries_hold_over_http() {
 }
 
 #[test]
+fn request_ids_are_echoed_byte_for_byte() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &[]);
+    for id in ["1e2", "18446744073709551616", "1.50", r#""\u00e9""#] {
+        let message = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+        let reply = server.request("POST", "/mcp/greet", &[], message.as_bytes());
+        assert_eq!(reply.status, 200);
+        let text = reply.text();
+        assert!(text.contains(&format!(r#""id":{id},"#)), "{id}: {text}");
+    }
+    // A tool call's answer, which comes back from a guest thread, too.
+    let call = r#"{"jsonrpc":"2.0","id":1e2,"method":"tools/call","params":{"name":"greet","arguments":{"name":"x"}}}"#;
+    let reply = server.request("POST", "/mcp/greet", &[], call.as_bytes());
+    assert!(reply.text().contains(r#""id":1e2,"#), "{}", reply.text());
+}
+
+#[test]
 fn a_sse_session_answers_on_its_stream_byte_identical_to_stdio() {
     let store = serve_support::store();
     let server = Server::start(store.path(), &[]);
