@@ -320,3 +320,114 @@ fn hostile_archives_are_refused() {
         assert!(!keep.path().join("escape").exists());
     }
 }
+
+/// A .tar.gz whose first entry is a GNU long name of `name_bytes` bytes (it compresses to
+/// almost nothing), followed by a manifest.
+fn long_name_bomb(name_bytes: u64) -> (TempDir, PathBuf) {
+    let temp = TempDir::new().unwrap();
+    let path = temp.path().join("bomb.tar.gz");
+    let gz = flate2::write::GzEncoder::new(
+        fs::File::create(&path).unwrap(),
+        flate2::Compression::best(),
+    );
+    let mut builder = tar::Builder::new(gz);
+    let mut header = tar::Header::new_gnu();
+    header.set_path("././@LongLink").unwrap();
+    header.set_entry_type(EntryType::GNULongName);
+    header.set_size(name_bytes);
+    header.set_cksum();
+    builder
+        .append(
+            &header,
+            std::io::Read::take(std::io::repeat(b'a'), name_bytes),
+        )
+        .unwrap();
+    let mut header = tar::Header::new_gnu();
+    header.set_size(MANIFEST.len() as u64);
+    header.set_mode(0o644);
+    builder
+        .append_data(&mut header, "subako-package.json", MANIFEST.as_bytes())
+        .unwrap();
+    builder.into_inner().unwrap().finish().unwrap();
+    (temp, path)
+}
+
+#[test]
+fn a_long_name_bomb_is_refused_by_rule_without_being_read() {
+    // 256 MiB of name in a few hundred KB: `tar` alone reads such a name whole (1.65 GB of
+    // memory, then a host error); hako refuses the record by its size.
+    let (_keep, path) = long_name_bomb(256 << 20);
+    let store = TempDir::new().unwrap();
+    let output = crate::support::run_hako(
+        store.path(),
+        &["check", crate::support::arg(&path), "--json"],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let verdict: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|_| panic!("no verdict: {}", String::from_utf8_lossy(&output.stderr)));
+    assert_eq!(
+        verdict["problems"][0]["rule"], "archive.too_large",
+        "{verdict}"
+    );
+}
+
+#[test]
+fn paths_past_the_file_systems_bounds_are_refused_by_rule() {
+    // A 300-byte name and a 4,200-byte path were host errors ("file name too long").
+    let wasm = fixture("valid_minimal");
+    for long in ["n".repeat(300), format!("{}x", "d/".repeat(2100))] {
+        let temp = TempDir::new().unwrap();
+        let path = temp.path().join("long.tar.gz");
+        let gz = flate2::write::GzEncoder::new(
+            fs::File::create(&path).unwrap(),
+            flate2::Compression::fast(),
+        );
+        let mut builder = tar::Builder::new(gz);
+        for (name, data) in [
+            ("subako-package.json", MANIFEST.as_bytes()),
+            ("module.wasm", &wasm[..]),
+            (long.as_str(), &b"x"[..]),
+        ] {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            builder.append_data(&mut header, name, data).unwrap();
+        }
+        builder.into_inner().unwrap().finish().unwrap();
+        assert_eq!(
+            refused_rules(&path),
+            ["archive.path_too_long"],
+            "{}",
+            long.len()
+        );
+    }
+}
+
+#[test]
+fn an_archive_naming_a_file_twice_is_refused() {
+    let wasm = fixture("valid_minimal");
+    let (_keep, path) = archive(&[
+        (
+            "subako-package.json",
+            EntryType::Regular,
+            MANIFEST.as_bytes(),
+        ),
+        ("module.wasm", EntryType::Regular, &wasm),
+        ("module.wasm", EntryType::Regular, b"other code, last"),
+    ]);
+    assert_eq!(refused_rules(&path), ["archive.duplicate"]);
+    let (_keep, path) = archive(&[
+        (
+            "subako-package.json",
+            EntryType::Regular,
+            MANIFEST.as_bytes(),
+        ),
+        (
+            "subako-package.json",
+            EntryType::Regular,
+            MANIFEST.as_bytes(),
+        ),
+        ("module.wasm", EntryType::Regular, &wasm),
+    ]);
+    assert_eq!(refused_rules(&path), ["archive.duplicate"]);
+}
