@@ -105,7 +105,8 @@ impl UploadError {
     pub fn is_refusal(&self) -> bool {
         matches!(
             self,
-            UploadError::Refused(_) | UploadError::Store(StoreError::VersionChanged { .. })
+            UploadError::Refused(_)
+                | UploadError::Store(StoreError::VersionChanged { .. } | StoreError::BadVersion(_))
         )
     }
 }

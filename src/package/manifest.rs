@@ -5,7 +5,7 @@
 //! | field | rule |
 //! | --- | --- |
 //! | `name` | required; 1 to 64 characters, the first of `a-z 0-9`, the rest of `a-z 0-9 _ -` (it names the package in the store and in URLs, so it must be safe as one path segment) |
-//! | `version` | required; a string of 1 to 64 characters with no `/`, no `\`, no control character, and not `.` or `..` (it too becomes a path segment) |
+//! | `version` | required; 1 to 64 bytes of `0-9 A-Z a-z . + -`, not starting with `.` (SemVer 2.0's characters: every SemVer version fits; the grammar is hako's, so that a version is safe as a path segment and no store name can be one; nothing is trimmed) |
 //! | `abi` | required; the JSON number `1` (not `"1"`, not `1.0`) |
 //! | `description` | optional; a string if present (`null` is refused) |
 //!
@@ -23,8 +23,8 @@ use super::Problem;
 pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
 /// The longest package name, in characters.
 pub const MAX_NAME_CHARS: usize = 64;
-/// The longest version, in characters.
-pub const MAX_VERSION_CHARS: usize = 64;
+/// The longest version, in bytes.
+pub const MAX_VERSION_BYTES: usize = 64;
 
 /// What a package says about itself.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -82,13 +82,11 @@ pub fn is_valid_name(name: &str) -> bool {
 
 /// Whether `version` is a valid version (see the module docs).
 pub fn is_valid_version(version: &str) -> bool {
-    let chars = version.chars().count();
-    (1..=MAX_VERSION_CHARS).contains(&chars)
-        && version != "."
-        && version != ".."
-        && !version
-            .chars()
-            .any(|c| c == '/' || c == '\\' || c.is_control())
+    (1..=MAX_VERSION_BYTES).contains(&version.len())
+        && !version.starts_with('.')
+        && version
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-'))
 }
 
 fn name(fields: &Map<String, Value>, problems: &mut Vec<Problem>) -> Option<String> {
@@ -106,6 +104,14 @@ fn name(fields: &Map<String, Value>, problems: &mut Vec<Problem>) -> Option<Stri
     None
 }
 
+/// A refused value as a message shows it: at most 80 characters.
+fn shorten(value: &str) -> String {
+    match value.char_indices().nth(80) {
+        Some((end, _)) => format!("{}…", &value[..end]),
+        None => value.to_string(),
+    }
+}
+
 fn version(fields: &Map<String, Value>, problems: &mut Vec<Problem>) -> Option<String> {
     match fields.get("version") {
         None => problems.push(Problem::new("manifest.version", "version is missing")),
@@ -115,7 +121,9 @@ fn version(fields: &Map<String, Value>, problems: &mut Vec<Problem>) -> Option<S
         Some(Value::String(version)) => problems.push(Problem::new(
             "manifest.version",
             format!(
-                "version {version:?} must be 1 to 64 characters without /, \\ or control characters, and not . or .."
+                "version {:?} must be 1 to {MAX_VERSION_BYTES} bytes of 0-9, A-Z, a-z, '.', '+' and \
+                 '-', not starting with '.'",
+                shorten(version)
             ),
         )),
         Some(_) => problems.push(Problem::new("manifest.version", "version must be a string")),
@@ -216,6 +224,38 @@ mod tests {
     fn bad_json_and_non_objects_are_refused() {
         assert_eq!(rules(r#"{"name":"a","#), ["manifest.json"]);
         assert_eq!(rules(r#"["name"]"#), ["manifest.json"]);
+    }
+
+    #[test]
+    fn versions_follow_one_strict_grammar_and_are_never_trimmed() {
+        for good in [
+            "1",
+            "1.0.0",
+            "2.0.0-rc.1+build.5",
+            "current",
+            "0.1.0-alpha-2",
+        ] {
+            assert!(is_valid_version(good), "{good}");
+        }
+        let long = "1".repeat(MAX_VERSION_BYTES + 1);
+        for bad in [
+            "",
+            " 1.0 ",
+            "\u{a0}",
+            " 0.1.0",
+            ".staging-x",
+            ".",
+            "..",
+            "a/b",
+            "a\\b",
+            "1_0",
+            "é",
+            long.as_str(),
+        ] {
+            assert!(!is_valid_version(bad), "{bad:?}");
+            let manifest = format!(r#"{{"name":"a","version":{},"abi":1}}"#, Value::from(bad));
+            assert_eq!(rules(&manifest), ["manifest.version"], "{bad:?}");
+        }
     }
 
     #[test]

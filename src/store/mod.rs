@@ -3,8 +3,9 @@
 //!
 //! ```text
 //! <store>/packages/<name>/current                 the version the package offers now
-//! <store>/packages/<name>/<version>/               subako-package.json, module.wasm, assets/,
+//! <store>/packages/<name>/versions/<version>/      subako-package.json, module.wasm, assets/,
 //!                                                  tools.json (discovery), upload.json
+//! <store>/packages/<name>/.staging-*               a version being written
 //! <store>/artifacts/<compiler>-<digest>.artifact   see `artifact`
 //! ```
 //!
@@ -12,6 +13,11 @@
 //! no-op, uploading it with another module is refused (bump the version), and a new version
 //! replaces what the package offers. The store does not check or run packages; `upload` in
 //! the CLI strings check, compile, discovery and store together.
+//!
+//! Versions live in a folder of their own, so that no version string (whose grammar is
+//! [`crate::package::manifest::is_valid_version`]: it never starts with `.`) can name the
+//! `current` file or a staging folder. A version folder of the first layout,
+//! `<name>/<version>/`, is still read.
 
 pub mod artifact;
 mod loader;
@@ -27,6 +33,7 @@ pub use artifact::{ArtifactCache, ArtifactError, ArtifactKey};
 pub use loader::{Loaded, ModuleSpec, Source};
 pub use modules::ModuleCache;
 
+use crate::package::manifest::is_valid_version;
 use crate::package::tools::Tool;
 use crate::package::Package;
 
@@ -59,6 +66,11 @@ pub enum StoreError {
          changes, so upload it as a new version"
     )]
     VersionChanged { name: String, version: String },
+    #[error(
+        "version {0:?} is not a version the store keeps (rule manifest.version: 1 to 64 bytes of \
+         0-9, A-Z, a-z, '.', '+' and '-', not starting with '.')"
+    )]
+    BadVersion(String),
     #[error("the stored record {path} is malformed: {reason}")]
     Malformed { path: PathBuf, reason: String },
     #[error(
@@ -190,6 +202,17 @@ impl Store {
         self.root.join("packages").join(name)
     }
 
+    /// The folder of a stored version: under `versions/`, or where the first layout put it.
+    fn version_dir(&self, name: &str, version: &str) -> PathBuf {
+        let package_dir = self.package_dir(name);
+        let dir = package_dir.join("versions").join(version);
+        let first_layout = package_dir.join(version);
+        if !dir.exists() && first_layout.join("upload.json").is_file() {
+            return first_layout;
+        }
+        dir
+    }
+
     /// The version `name` offers now.
     pub fn get(&self, name: &str) -> Result<StoredPackage, StoreError> {
         let version = self.current_version(name)?;
@@ -201,7 +224,13 @@ impl Store {
     pub fn current_version(&self, name: &str) -> Result<String, StoreError> {
         let current = self.package_dir(name).join("current");
         match fs::read_to_string(&current) {
-            Ok(version) => Ok(version.trim().to_string()),
+            // Written by `put` exactly as the version is: nothing to trim, and anything else
+            // is not the store's.
+            Ok(version) if is_valid_version(&version) => Ok(version),
+            Ok(version) => Err(StoreError::Malformed {
+                path: current,
+                reason: format!("{version:?} is not a version"),
+            }),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
                 Err(StoreError::UnknownPackage(name.to_string()))
             }
@@ -210,7 +239,7 @@ impl Store {
     }
 
     fn version(&self, name: &str, version: &str) -> Result<StoredPackage, StoreError> {
-        let dir = self.package_dir(name).join(version);
+        let dir = self.version_dir(name, version);
         let record: UploadRecord = read_json(&dir.join("upload.json"))?;
         let tools: Vec<Tool> = read_json(&dir.join("tools.json"))?;
         Ok(StoredPackage { dir, record, tools })
@@ -244,8 +273,11 @@ impl Store {
     ) -> Result<PutResult, StoreError> {
         let name = &package.manifest.name;
         let version = &package.manifest.version;
+        if !is_valid_version(version) {
+            return Err(StoreError::BadVersion(version.clone()));
+        }
         let package_dir = self.package_dir(name);
-        let final_dir = package_dir.join(version);
+        let final_dir = self.version_dir(name, version);
         let record = UploadRecord {
             name: name.clone(),
             version: version.clone(),
@@ -281,8 +313,11 @@ impl Store {
             }
             write_json(&dir.join("tools.json"), &tools)?;
             write_json(&dir.join("upload.json"), &record)?;
-            let staged = staging.keep();
-            fs::rename(&staged, &final_dir).map_err(io("moving into place", &final_dir))?;
+            let versions = package_dir.join("versions");
+            fs::create_dir_all(&versions).map_err(io("creating", &versions))?;
+            // The staging folder is removed with its guard if the move fails.
+            fs::rename(staging.path(), &final_dir).map_err(io("moving into place", &final_dir))?;
+            let _moved = staging.keep();
             PutResult::Stored
         };
         artifact::write_atomically(&package_dir.join("current"), version.as_bytes())

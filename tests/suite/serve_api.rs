@@ -203,7 +203,7 @@ fn a_host_failure_tells_the_client_a_request_id_and_the_log_its_cause() {
     let log = std::fs::File::create(&log_path).unwrap();
     let server = Server::start_logging(store.path(), &[], &[], log);
     // A stored version whose module has gone: the store's error names its file.
-    let versions = store.path().join("packages").join("greet");
+    let versions = store.path().join("packages/greet/versions");
     for entry in std::fs::read_dir(&versions).unwrap() {
         let module = entry.unwrap().path().join("module.wasm");
         if module.exists() {

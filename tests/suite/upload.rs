@@ -175,3 +175,50 @@ fn the_store_keeps_versions_immutable_and_the_newest_current() {
     assert_eq!(current.record.version, "2.0.0");
     assert_eq!(current.tools[0].name, "b");
 }
+
+/// `package` with its manifest's version set to `version` (any JSON string).
+fn with_version(dir: &std::path::Path, version: &str) {
+    std::fs::write(
+        dir.join("subako-package.json"),
+        json!({"name": "fixture", "version": version, "abi": 1}).to_string(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn no_version_string_collides_with_the_stores_own_names() {
+    // "current" once left packages/<name>/current a folder, so that the name could never be
+    // uploaded again; versions now live apart from the store's own names.
+    let root = tempfile::tempdir().unwrap();
+    let store = Store::open(root.path()).unwrap();
+    let dir = support::fixture_package("fixture", None);
+    let tools = hako::package::tools::validate_tools(vec![tool("a")]).unwrap();
+    for version in ["current", "versions", "2.0.0-rc.1+build.5"] {
+        with_version(dir.path(), version);
+        let package = package::load(dir.path()).unwrap();
+        assert_eq!(store.put(&package, &tools, &[]).unwrap(), PutResult::Stored);
+        assert_eq!(store.get("fixture").unwrap().record.version, version);
+    }
+}
+
+#[test]
+fn versions_outside_the_grammar_are_refused_by_rule_and_leave_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = support::fixture_package("fixture", None);
+    let long = "1".repeat(256);
+    for version in [" 1.0 ", "\u{a0}", " 0.1.0", ".staging-x", long.as_str()] {
+        with_version(dir.path(), version);
+        let output = support::run_hako(root.path(), &["upload", support::arg(dir.path())]);
+        assert_eq!(output.status.code(), Some(1), "{version:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("[manifest.version]"),
+            "{version:?}: {stderr}"
+        );
+    }
+    let packages = root.path().join("packages");
+    assert!(
+        !packages.exists() || std::fs::read_dir(&packages).unwrap().next().is_none(),
+        "a refused version left something in the store"
+    );
+}
