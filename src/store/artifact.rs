@@ -111,6 +111,11 @@ pub enum ArtifactError {
     },
     #[error("refusing artifact {path}: {reason}")]
     Refused { path: PathBuf, reason: String },
+    #[error(
+        "the module's bytes do not match its recorded digest (recorded {recorded}, found \
+         {found}): the store was changed outside hako; nothing was compiled"
+    )]
+    DigestMismatch { recorded: String, found: String },
     #[error("no artifact for {config} and this build cannot compile with {compiler}: upload with a build that has it")]
     CannotCompile { config: String, compiler: String },
     #[error(transparent)]
@@ -162,10 +167,18 @@ impl ArtifactCache {
         bytes.extend_from_slice(&header_len.to_le_bytes());
         bytes.extend_from_slice(MAGIC);
         let path = self.path(key);
-        write_atomically(&path, &bytes).map_err(|source| ArtifactError::Write {
+        let write_error = |source| ArtifactError::Write {
             path: path.clone(),
             source,
-        })?;
+        };
+        // Whatever is in the artifact's place and is no file (a folder, a link) goes first: the
+        // rename below replaces only a file.
+        if let Ok(metadata) = fs::symlink_metadata(&path) {
+            if metadata.is_dir() {
+                fs::remove_dir_all(&path).map_err(write_error)?;
+            }
+        }
+        write_atomically(&path, &bytes).map_err(write_error)?;
         Ok(bytes.len() as u64)
     }
 
@@ -177,6 +190,17 @@ impl ArtifactCache {
         engine: &dyn Engine,
     ) -> Result<Option<Arc<dyn Module>>, ArtifactError> {
         let path = self.path(key);
+        match fs::symlink_metadata(&path) {
+            Ok(metadata) if !metadata.file_type().is_file() => {
+                return Err(ArtifactError::Refused {
+                    path,
+                    reason: "it is not a regular file".into(),
+                })
+            }
+            Ok(_) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(ArtifactError::Read { path, source }),
+        }
         let file = match fs::File::open(&path) {
             Ok(file) => file,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),

@@ -86,6 +86,14 @@ impl Store {
                 })
             }
             None => {
+                // The artifact is kept under the recorded digest: the code must be that module's.
+                let found = super::sha256_hex(spec.wasm);
+                if found != spec.module_sha256 {
+                    return Err(ArtifactError::DigestMismatch {
+                        recorded: spec.module_sha256.to_string(),
+                        found,
+                    });
+                }
                 let module = engine.compile(spec.wasm)?;
                 self.artifacts().write(&key, module.as_ref())?;
                 notes.push(format!(

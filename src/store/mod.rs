@@ -71,6 +71,15 @@ pub enum StoreError {
          0-9, A-Z, a-z, '.', '+' and '-', not starting with '.')"
     )]
     BadVersion(String),
+    #[error(
+        "{path} does not match the digest recorded at upload (recorded {recorded}, found \
+         {found}): the store was changed outside hako"
+    )]
+    Tampered {
+        path: PathBuf,
+        recorded: String,
+        found: String,
+    },
     #[error("the stored record {path} is malformed: {reason}")]
     Malformed { path: PathBuf, reason: String },
     #[error(
@@ -136,10 +145,20 @@ pub struct StoredPackage {
 }
 
 impl StoredPackage {
-    /// The module's bytes.
+    /// The module's bytes, verified against the digest recorded at upload: a module swapped
+    /// in from elsewhere is refused, never run (or compiled) under this package's name.
     pub fn wasm(&self) -> Result<Vec<u8>, StoreError> {
         let path = self.dir.join("module.wasm");
-        fs::read(&path).map_err(io("reading", &path))
+        let wasm = fs::read(&path).map_err(io("reading", &path))?;
+        let found = sha256_hex(&wasm);
+        if found != self.record.module_sha256 {
+            return Err(StoreError::Tampered {
+                path,
+                recorded: self.record.module_sha256.clone(),
+                found,
+            });
+        }
+        Ok(wasm)
     }
 
     /// The assets folder, mounted as `/package`, when the package has one.

@@ -217,3 +217,87 @@ fn a_simd_module_asked_for_singlepass_is_compiled_by_cranelift_and_says_so() {
         loaded.notes
     );
 }
+
+#[test]
+fn an_artifact_path_that_is_no_file_is_refused_and_compiled_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let wasm = support::greet_wasm();
+    let engine = engines::engine(CRANELIFT, None).unwrap();
+    let key = ArtifactKey::new(&hako::store::sha256_hex(&wasm), engine.identity());
+    let path = store.artifacts().path(&key);
+    // A folder where the artifact goes, then a link that points nowhere.
+    std::fs::create_dir_all(path.join("inside")).unwrap();
+    let loaded = load(&store, &wasm, CRANELIFT);
+    assert_eq!(loaded.source, Source::Compiled);
+    assert!(
+        loaded
+            .notes
+            .iter()
+            .any(|note| note.contains("not a regular file")),
+        "{:?}",
+        loaded.notes
+    );
+    assert!(path.is_file());
+    std::fs::remove_file(&path).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &path).unwrap();
+    assert_eq!(load(&store, &wasm, CRANELIFT).source, Source::Compiled);
+    assert_eq!(load(&store, &wasm, CRANELIFT).source, Source::Artifact);
+}
+
+#[test]
+fn a_module_whose_bytes_do_not_match_its_digest_is_never_compiled_under_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let wasm = support::greet_wasm();
+    let other = support::fixture_wasm();
+    let err = store
+        .load_module(
+            &hako::store::ModuleSpec {
+                wasm: other,
+                module_sha256: &hako::store::sha256_hex(&wasm),
+                uses_simd: false,
+                config: CRANELIFT,
+            },
+            None,
+        )
+        .err()
+        .expect("refused");
+    assert!(matches!(err, ArtifactError::DigestMismatch { .. }), "{err}");
+    let engine = engines::engine(CRANELIFT, None).unwrap();
+    let key = ArtifactKey::new(&hako::store::sha256_hex(&wasm), engine.identity());
+    assert!(!store.artifacts().path(&key).exists());
+}
+
+#[test]
+fn a_module_swapped_into_a_stored_version_is_refused_and_leaves_no_artifact() {
+    // Another package's module put in this version's folder would have run under this name,
+    // and its code would have been cached under this package's key for good.
+    let store = tempfile::tempdir().unwrap();
+    let fixture = support::fixture_package("fixture", None);
+    let greet = support::greet_package_dir();
+    for package in [fixture.path(), greet.as_path()] {
+        let output = support::run_hako(store.path(), &["upload", support::arg(package)]);
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+    }
+    let versions = store.path().join("packages/fixture/versions/1.0.0");
+    let module = versions.join("module.wasm");
+    let original = std::fs::read(&module).unwrap();
+    std::fs::copy(greet.join("module.wasm"), &module).unwrap();
+    let artifacts_before = std::fs::read_dir(store.path().join("artifacts"))
+        .unwrap()
+        .count();
+    let output = support::run_hako(store.path(), &["call", "fixture", "echo", r#"{"a":1}"#]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("does not match the digest"), "{stderr}");
+    let artifacts_after = std::fs::read_dir(store.path().join("artifacts"))
+        .unwrap()
+        .count();
+    assert_eq!(artifacts_before, artifacts_after);
+
+    std::fs::write(&module, original).unwrap();
+    let output = support::run_hako(store.path(), &["call", "fixture", "echo", r#"{"a":1}"#]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), r#"{"a":1}"#);
+}
