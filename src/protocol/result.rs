@@ -16,9 +16,10 @@ use super::image::check_inline;
 use super::json::{clip, to_serde, type_name};
 use super::volume::{decode_volume_uri, VolumeUri};
 
-/// A tool's result as the model is shown it. It serializes in MCP's own shape
-/// (`content`, `structuredContent`, `isError`), so an outcome reads like the CallToolResult
-/// it came from.
+/// A tool's result as the model is shown it. It serializes as exactly the CallToolResult the
+/// MCP endpoints answer (`content`, `structuredContent`, `isError`; every block as
+/// [`ShownBlock`] serializes), so that `hako call --json`, the operator API and MCP show one
+/// result one way.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CallResult {
     /// The content blocks, in order.
@@ -31,18 +32,16 @@ pub struct CallResult {
     pub is_error: bool,
 }
 
-/// One content block as the model is shown it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+/// One content block as the model is shown it. It serializes as the MCP block the model gets:
+/// an image as `{"type":"image","mimeType","data"}`, everything else as
+/// `{"type":"text","text"}` (a link as its line, a left-out block as its note, a volume link
+/// still here, which could not be read, as a line saying so).
+#[derive(Debug, Clone, PartialEq)]
 pub enum ShownBlock {
     /// Text, as given.
     Text { text: String },
     /// An image whose magic bytes were checked; `data` is base64, as given or as read.
-    Image {
-        #[serde(rename = "mimeType")]
-        mime_type: String,
-        data: String,
-    },
+    Image { mime_type: String, data: String },
     /// A `volume:///` link, to be read by the caller after the guest exits.
     VolumeLink {
         /// The link's URI, as given.
@@ -54,6 +53,32 @@ pub enum ShownBlock {
     Link { text: String },
     /// A note that a block was left out, and why.
     Omitted { text: String },
+}
+
+impl Serialize for ShownBlock {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(3))?;
+        match self {
+            ShownBlock::Text { text }
+            | ShownBlock::Link { text }
+            | ShownBlock::Omitted { text } => {
+                map.serialize_entry("type", "text")?;
+                map.serialize_entry("text", text)?;
+            }
+            ShownBlock::Image { mime_type, data } => {
+                map.serialize_entry("type", "image")?;
+                map.serialize_entry("mimeType", mime_type)?;
+                map.serialize_entry("data", data)?;
+            }
+            // Links are read after the guest exits; one left here could not be read.
+            ShownBlock::VolumeLink { uri, .. } => {
+                map.serialize_entry("type", "text")?;
+                map.serialize_entry("text", &format!("{uri} could not be read"))?;
+            }
+        }
+        map.end()
+    }
 }
 
 /// A result that breaks the call.
@@ -381,7 +406,7 @@ mod tests {
     }
 
     #[test]
-    fn shown_results_serialize_in_mcp_shape_with_snake_case_tags() {
+    fn shown_results_serialize_as_the_blocks_the_model_is_shown() {
         let shown = CallResult {
             content: vec![
                 ShownBlock::Text { text: "t".into() },
@@ -396,7 +421,7 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&shown).unwrap(),
             json!({"content": [{"type": "text", "text": "t"},
-                               {"type": "volume_link", "uri": "volume:///a", "path": "a"}],
+                               {"type": "text", "text": "volume:///a could not be read"}],
                    "isError": false})
         );
         let image = CallResult {

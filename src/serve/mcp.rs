@@ -25,7 +25,7 @@ use super::calls::{CallError, Calls, Served};
 use super::fault;
 use super::pool::Rejected;
 use crate::call::CallOutcome;
-use crate::protocol::{CallResult, ShownBlock, PROTOCOL_VERSION};
+use crate::protocol::{CallResult, PROTOCOL_VERSION};
 
 /// The deepest nesting of arrays and objects an incoming message may have.
 pub const MAX_NESTING: usize = 32;
@@ -437,35 +437,14 @@ pub fn call_tool_result(outcome: &CallOutcome) -> Value {
 }
 
 fn answered(result: &CallResult) -> Value {
-    let content: Vec<Value> = result
-        .content
-        .iter()
-        .map(|block| match block {
-            ShownBlock::Text { text }
-            | ShownBlock::Link { text }
-            | ShownBlock::Omitted { text } => {
-                json!({"type": "text", "text": text})
-            }
-            ShownBlock::Image { mime_type, data } => {
-                json!({"type": "image", "mimeType": mime_type, "data": data})
-            }
-            // Links are read after the guest exits; one left here could not be read.
-            ShownBlock::VolumeLink { uri, .. } => {
-                json!({"type": "text", "text": format!("{uri} could not be read")})
-            }
-        })
-        .collect();
-    let mut answer = json!({"content": content, "isError": result.is_error});
-    if let Some(structured) = &result.structured {
-        answer["structuredContent"] = structured.clone();
-    }
-    answer
+    serde_json::to_value(result).expect("a result always serializes")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::call::{CallStats, Crash, CrashKind};
+    use crate::protocol::ShownBlock;
 
     #[test]
     fn nesting_is_measured_outside_strings_only() {

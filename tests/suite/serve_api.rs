@@ -232,6 +232,48 @@ fn a_host_failure_tells_the_client_a_request_id_and_the_log_its_cause() {
 }
 
 #[test]
+fn the_operator_api_shows_a_result_exactly_as_mcp_does() {
+    // A link that is not a volume's and a block that is left out were `link` and `omitted`
+    // blocks here, and `text` on MCP, which is what the model is shown.
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &[]);
+    for (tool, arguments) in [
+        (
+            "resource_link",
+            json!({"uri": "https://example.com/report", "name": "report"}),
+        ),
+        (
+            "blocks",
+            json!({"content": [
+                {"type": "text", "text": "kept"},
+                {"type": "audio", "mimeType": "audio/wav", "data": "AAAA"}
+            ]}),
+        ),
+    ] {
+        let outcome = server
+            .post_json(
+                "/v1/packages/fixture/call",
+                &json!({"tool": tool, "arguments": arguments}),
+            )
+            .json();
+        let mcp = server
+            .post_json(
+                "/mcp/fixture",
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                        "params": {"name": tool, "arguments": arguments}}),
+            )
+            .json();
+        assert_eq!(outcome["result"], mcp["result"], "{tool}");
+        for block in outcome["result"]["content"].as_array().unwrap() {
+            assert!(
+                ["text", "image"].contains(&block["type"].as_str().unwrap()),
+                "{block}"
+            );
+        }
+    }
+}
+
+#[test]
 fn healthz_answers_head_as_well_as_get() {
     let store = serve_support::store();
     let server = Server::start(store.path(), &["--token", "secret"]);
