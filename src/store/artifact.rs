@@ -68,6 +68,7 @@ struct Header {
     compiler: String,
     triple: String,
     cpu_features: String,
+    settings: String,
     module_sha256: String,
     payload_len: u64,
     /// XXH3-128 of the payload, as 32 hex digits.
@@ -83,6 +84,7 @@ impl Header {
             ("compiler", &self.compiler, &id.compiler),
             ("target", &self.triple, &id.triple),
             ("CPU features", &self.cpu_features, &id.cpu_features),
+            ("compile settings", &self.settings, &id.settings),
             ("module", &self.module_sha256, &key.module_sha256),
         ];
         for (what, found, wanted) in checks {
@@ -156,6 +158,7 @@ impl ArtifactCache {
             compiler: key.identity.compiler.clone(),
             triple: key.identity.triple.clone(),
             cpu_features: key.identity.cpu_features.clone(),
+            settings: key.identity.settings.clone(),
             module_sha256: key.module_sha256.clone(),
             payload_len: payload.len() as u64,
             payload_xxh3: checksum(&payload),
@@ -299,6 +302,7 @@ mod tests {
                 compiler: "cranelift".into(),
                 triple: "x86_64-unknown-linux-gnu".into(),
                 cpu_features: "sse2".into(),
+                settings: "features=x".into(),
             },
         )
     }
@@ -319,6 +323,7 @@ mod tests {
             compiler: key.identity.compiler.clone(),
             triple: key.identity.triple.clone(),
             cpu_features: key.identity.cpu_features.clone(),
+            settings: key.identity.settings.clone(),
             module_sha256: key.module_sha256.clone(),
             payload_len: payload.len() as u64,
             payload_xxh3: checksum(payload),
@@ -347,6 +352,20 @@ mod tests {
         header.triple = "aarch64-unknown-linux-gnu".into();
         let err = verify(&file(&header, b"native"), &key).unwrap_err();
         assert!(err.contains("target"), "{err}");
+    }
+
+    #[test]
+    fn an_artifact_made_with_other_compile_settings_is_refused() {
+        // Same engine, compiler, target and CPU: code made without the deadline checks, or for
+        // another memory layout, must not be loaded either.
+        let key = key();
+        let mut header = header_for(&key, b"native");
+        header.settings = "features=x;checks=none".into();
+        let err = verify(&file(&header, b"native"), &key).unwrap_err();
+        assert!(err.contains("compile settings"), "{err}");
+        let mut other = key.clone();
+        other.identity.settings = "features=x;checks=none".into();
+        assert_ne!(other.file_name(), key.file_name());
     }
 
     #[test]

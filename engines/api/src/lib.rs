@@ -110,14 +110,18 @@ pub struct EngineIdentity {
     pub triple: String,
     /// The CPU features code may use, sorted and comma-separated.
     pub cpu_features: String,
+    /// The compile settings that change the code one compiler makes for one target: the
+    /// WebAssembly features, how memories are laid out (bounds, guard), checks compiled in.
+    /// One line, written by the engine; two engines of different settings never share code.
+    pub settings: String,
 }
 
 impl EngineIdentity {
     /// A single line naming every part, used in artifact headers and messages.
     pub fn to_line(&self) -> String {
         format!(
-            "{} {} {} {} {}",
-            self.engine, self.version, self.compiler, self.triple, self.cpu_features
+            "{} {} {} {} {} {}",
+            self.engine, self.version, self.compiler, self.triple, self.cpu_features, self.settings
         )
     }
 }

@@ -37,6 +37,10 @@ use wasmer_types::{
 /// NUL byte are not ones a toolchain makes; a module that exports it anyway does not compile.
 pub(crate) const FLAG_EXPORT: &str = "\0hako.deadline";
 
+/// How the checks appear in an engine's identity: their version, raised when the code they
+/// emit changes.
+pub(crate) const SETTINGS: &str = "checks=deadline-1";
+
 /// The export under which a compiled module carries its start function, if it has one.
 pub(crate) const START_EXPORT: &str = "\0hako.start";
 

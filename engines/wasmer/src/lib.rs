@@ -111,6 +111,19 @@ fn abi_features() -> Features {
     features
 }
 
+/// The compile settings of every wasmer engine here, as one line of the identity: the
+/// features ([`abi_features`]), the memory style the tunables give every memory (static, its
+/// bound and offset guard), and the deadline checks ([`checks`], with their version).
+fn settings() -> String {
+    use wasmer_types::MemoryStyle;
+    format!(
+        "features=bulk-memory,multi-value,reference-types,simd;memory=static,bound={},guard={};{}",
+        MemoryStyle::static_bound().bytes().0,
+        MemoryStyle::static_offset_guard_size(),
+        checks::SETTINGS
+    )
+}
+
 /// The CPU features code for `triple` may assume when the machine that runs it is unknown: the
 /// x86-64-v2 baseline on x86-64 (cranelift needs SSE2, singlepass SSE4.2), nothing extra
 /// elsewhere.
@@ -181,6 +194,7 @@ impl WasmerEngine {
             compiler: compiler.name().to_string(),
             triple: target.triple().to_string(),
             cpu_features: cpu_features.into_iter().collect::<Vec<_>>().join(","),
+            settings: settings(),
         };
         Ok(Self {
             compiler,

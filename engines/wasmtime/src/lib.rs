@@ -116,6 +116,11 @@ fn abi_features() -> WasmFeatures {
         | WasmFeatures::SIMD
 }
 
+/// The compile settings of [`config`], as one line of the identity (wasmtime also checks its
+/// own when it deserializes).
+const SETTINGS: &str = "features=bulk-memory,multi-value,reference-types,simd;opt=speed;\
+                        epoch-interruption;collector=null";
+
 /// The wasmtime configuration for `target`; code for this machine runs in `pool`.
 fn config(target: &Target, pool: PoolConfig) -> Result<Config, EngineError> {
     let mut config = Config::new();
@@ -184,6 +189,7 @@ impl WasmtimeEngine {
             compiler: "cranelift".to_string(),
             triple: target.triple.to_string(),
             cpu_features: target.features_line(),
+            settings: SETTINGS.to_string(),
         };
         Ok(Self {
             engine,
