@@ -55,6 +55,9 @@ pub struct ServeArgs {
     /// Milliseconds a stop waits for in-flight calls (default: 45000).
     #[arg(long, value_name = "MS")]
     drain_ms: Option<u64>,
+    /// Milliseconds a request's whole body may take to arrive; then 408 (default: 30000).
+    #[arg(long, value_name = "MS")]
+    body_timeout_ms: Option<u64>,
     /// The longest time limit a caller may ask for, in ms (default: 30000, a call's default).
     #[arg(long, value_name = "MS")]
     max_timeout_ms: Option<u64>,
@@ -106,6 +109,9 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
     }
     if let Some(ms) = args.drain_ms {
         config.drain = Duration::from_millis(ms);
+    }
+    if let Some(ms) = args.body_timeout_ms {
+        config.body_timeout = Duration::from_millis(ms.max(1));
     }
     let max = &mut config.caps.max;
     if let Some(ms) = args.max_timeout_ms {

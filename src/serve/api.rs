@@ -100,7 +100,13 @@ impl UploadFailure {
 
 /// `POST /v1/packages`.
 pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Response<Body> {
-    let body = match http::read_body(request, server.config.max_upload_bytes).await {
+    let body = match http::read_body(
+        request,
+        server.config.max_upload_bytes,
+        server.config.body_timeout,
+    )
+    .await
+    {
         Ok(body) => body,
         Err(response) => return response,
     };
@@ -157,7 +163,13 @@ pub async fn call(server: &Arc<Server>, name: &str, request: Request<Incoming>) 
         }
         Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
     };
-    let body = match http::read_body(request, server.config.max_body_bytes).await {
+    let body = match http::read_body(
+        request,
+        server.config.max_body_bytes,
+        server.config.body_timeout,
+    )
+    .await
+    {
         Ok(body) => body,
         Err(response) => return response,
     };

@@ -19,6 +19,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -84,7 +85,14 @@ pub fn busy(content_type: &'static str, body: impl Into<Bytes>) -> Response<Body
 }
 
 /// Reads a request body of at most `limit` bytes, or answers 413.
-pub async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, Response<Body>> {
+/// The request's body, whole: at most `limit` bytes (413 beyond), received within `deadline`
+/// from when the handler starts reading it (408 after), so that a client sending slowly
+/// cannot hold a connection and its buffers for long.
+pub async fn read_body(
+    request: Request<Incoming>,
+    limit: usize,
+    deadline: Duration,
+) -> Result<Bytes, Response<Body>> {
     let too_large = || {
         problem(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -99,7 +107,18 @@ pub async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes
     if declared.is_some_and(|length| length > limit as u64) {
         return Err(too_large());
     }
-    match Limited::new(request.into_body(), limit).collect().await {
+    let collected =
+        tokio::time::timeout(deadline, Limited::new(request.into_body(), limit).collect());
+    let Ok(collected) = collected.await else {
+        return Err(problem(
+            StatusCode::REQUEST_TIMEOUT,
+            &format!(
+                "the request body did not arrive within {} ms (hako serve --body-timeout-ms)",
+                deadline.as_millis()
+            ),
+        ));
+    };
+    match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(err) if err.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Err(err) => Err(problem(
@@ -280,7 +299,13 @@ async fn streamable(
         Ok(package) => package,
         Err(response) => return *response,
     };
-    let body = match read_body(request, server.config.max_body_bytes).await {
+    let body = match read_body(
+        request,
+        server.config.max_body_bytes,
+        server.config.body_timeout,
+    )
+    .await
+    {
         Ok(body) => body,
         Err(response) => return response,
     };
@@ -317,7 +342,13 @@ async fn one_shot(
     };
     let mut response = match served(server, &name) {
         Err(response) => *response,
-        Ok(package) => match read_body(request, server.config.max_body_bytes).await {
+        Ok(package) => match read_body(
+            request,
+            server.config.max_body_bytes,
+            server.config.body_timeout,
+        )
+        .await
+        {
             Ok(body) => answer_in_body(mcp::dispatch_to(&server.calls, package, &body)).await,
             Err(response) => response,
         },

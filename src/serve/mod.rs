@@ -68,6 +68,8 @@ pub struct ServeConfig {
     pub drain: Duration,
     /// The most limits a caller may ask for (default: the call defaults).
     pub caps: calls::LimitCaps,
+    /// How long a request's whole body may take to arrive.
+    pub body_timeout: Duration,
 }
 
 impl ServeConfig {
@@ -91,6 +93,7 @@ impl ServeConfig {
             keepalive: Duration::from_secs(15),
             drain: Duration::from_secs(45),
             caps: calls::LimitCaps::default(),
+            body_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -214,7 +214,13 @@ pub async fn post(server: &Arc<Server>, id: &str, request: Request<Incoming>) ->
     let Some(session) = server.sessions.get(id) else {
         return problem(StatusCode::NOT_FOUND, "no such session (it may have ended)");
     };
-    let body = match http::read_body(request, server.config.max_body_bytes).await {
+    let body = match http::read_body(
+        request,
+        server.config.max_body_bytes,
+        server.config.body_timeout,
+    )
+    .await
+    {
         Ok(body) => body,
         Err(response) => return response,
     };

@@ -274,6 +274,41 @@ fn the_operator_api_shows_a_result_exactly_as_mcp_does() {
 }
 
 #[test]
+fn slow_bodies_get_408_and_never_stall_other_clients() {
+    use std::io::{BufReader, Write};
+    // 200 clients that send their headers and a part of their body, then nothing more. Before
+    // the body deadline they held their connections for as long as they liked.
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &["--body-timeout-ms", "500"]);
+    let body = br#"{"tool":"greet","arguments":{"name":"slow"}}"#;
+    let mut slow = Vec::new();
+    for _ in 0..200 {
+        let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+        let head = format!(
+            "POST /v1/packages/greet/call HTTP/1.1\r\nHost: x\r\nContent-Type: \
+             application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(&body[..10]).unwrap();
+        slow.push(stream);
+    }
+    // A normal client is answered while they wait.
+    let normal = server.post_json(
+        "/v1/packages/greet/call",
+        &json!({"tool": "greet", "arguments": {"name": "x"}}),
+    );
+    assert_eq!(normal.status, 200, "{}", normal.text());
+    for stream in slow {
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        let (status, _) = serve_support::read_head(&mut BufReader::new(stream));
+        assert_eq!(status, 408);
+    }
+}
+
+#[test]
 fn healthz_answers_head_as_well_as_get() {
     let store = serve_support::store();
     let server = Server::start(store.path(), &["--token", "secret"]);
