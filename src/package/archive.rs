@@ -386,28 +386,21 @@ mod tests {
     /// Builds a .tar.gz from raw entries, writing paths straight into the header so that the
     /// hostile ones the `tar` builder would refuse can be made too.
     fn archive(entries: &[(&str, EntryType, &[u8])]) -> (TempDir, PathBuf) {
-        let temp = TempDir::new().unwrap();
-        let path = temp.path().join("package.tar.gz");
-        let gz = flate2::write::GzEncoder::new(
-            fs::File::create(&path).unwrap(),
-            flate2::Compression::fast(),
-        );
-        let mut builder = tar::Builder::new(gz);
-        for (name, entry_type, data) in entries {
-            let mut header = tar::Header::new_gnu();
-            let raw = &mut header.as_old_mut().name;
-            raw[..name.len()].copy_from_slice(name.as_bytes());
-            header.set_entry_type(*entry_type);
-            header.set_size(data.len() as u64);
-            header.set_mode(0o644);
-            if *entry_type == EntryType::Symlink {
-                header.set_link_name("/etc/passwd").unwrap();
+        built(|builder| {
+            for (name, entry_type, data) in entries {
+                let mut header = tar::Header::new_gnu();
+                let raw = &mut header.as_old_mut().name;
+                raw[..name.len()].copy_from_slice(name.as_bytes());
+                header.set_entry_type(*entry_type);
+                header.set_size(data.len() as u64);
+                header.set_mode(0o644);
+                if *entry_type == EntryType::Symlink {
+                    header.set_link_name("/etc/passwd").unwrap();
+                }
+                header.set_cksum();
+                builder.append(&header, *data).unwrap();
             }
-            header.set_cksum();
-            builder.append(&header, *data).unwrap();
-        }
-        builder.into_inner().unwrap().finish().unwrap();
-        (temp, path)
+        })
     }
 
     fn refused_rules(path: &Path) -> Vec<&'static str> {

@@ -233,7 +233,10 @@ fn an_asset_link_out_of_the_package_is_refused() {
 
 /// Writes a .tar.gz holding `entries`, writing names straight into the header so that
 /// hostile names can be built too.
-fn archive(entries: &[(&str, EntryType, &[u8])]) -> (TempDir, PathBuf) {
+/// A .tar.gz written by `build` with `tar`'s builder.
+fn built(
+    build: impl FnOnce(&mut tar::Builder<flate2::write::GzEncoder<fs::File>>),
+) -> (TempDir, PathBuf) {
     let temp = TempDir::new().unwrap();
     let path = temp.path().join("greet.tar.gz");
     let gz = flate2::write::GzEncoder::new(
@@ -241,20 +244,27 @@ fn archive(entries: &[(&str, EntryType, &[u8])]) -> (TempDir, PathBuf) {
         flate2::Compression::fast(),
     );
     let mut builder = tar::Builder::new(gz);
-    for (name, entry_type, data) in entries {
-        let mut header = tar::Header::new_gnu();
-        header.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
-        header.set_entry_type(*entry_type);
-        header.set_size(data.len() as u64);
-        header.set_mode(0o644);
-        if *entry_type == EntryType::Symlink {
-            header.set_link_name("../../etc").unwrap();
-        }
-        header.set_cksum();
-        builder.append(&header, *data).unwrap();
-    }
+    build(&mut builder);
     builder.into_inner().unwrap().finish().unwrap();
     (temp, path)
+}
+
+/// A .tar.gz of raw entries, their paths written straight into the header.
+fn archive(entries: &[(&str, EntryType, &[u8])]) -> (TempDir, PathBuf) {
+    built(|builder| {
+        for (name, entry_type, data) in entries {
+            let mut header = tar::Header::new_gnu();
+            header.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+            header.set_entry_type(*entry_type);
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            if *entry_type == EntryType::Symlink {
+                header.set_link_name("../../etc").unwrap();
+            }
+            header.set_cksum();
+            builder.append(&header, *data).unwrap();
+        }
+    })
 }
 
 #[test]
@@ -324,32 +334,25 @@ fn hostile_archives_are_refused() {
 /// A .tar.gz whose first entry is a GNU long name of `name_bytes` bytes (it compresses to
 /// almost nothing), followed by a manifest.
 fn long_name_bomb(name_bytes: u64) -> (TempDir, PathBuf) {
-    let temp = TempDir::new().unwrap();
-    let path = temp.path().join("bomb.tar.gz");
-    let gz = flate2::write::GzEncoder::new(
-        fs::File::create(&path).unwrap(),
-        flate2::Compression::best(),
-    );
-    let mut builder = tar::Builder::new(gz);
-    let mut header = tar::Header::new_gnu();
-    header.set_path("././@LongLink").unwrap();
-    header.set_entry_type(EntryType::GNULongName);
-    header.set_size(name_bytes);
-    header.set_cksum();
-    builder
-        .append(
-            &header,
-            std::io::Read::take(std::io::repeat(b'a'), name_bytes),
-        )
-        .unwrap();
-    let mut header = tar::Header::new_gnu();
-    header.set_size(MANIFEST.len() as u64);
-    header.set_mode(0o644);
-    builder
-        .append_data(&mut header, "subako-package.json", MANIFEST.as_bytes())
-        .unwrap();
-    builder.into_inner().unwrap().finish().unwrap();
-    (temp, path)
+    built(|builder| {
+        let mut header = tar::Header::new_gnu();
+        header.set_path("././@LongLink").unwrap();
+        header.set_entry_type(EntryType::GNULongName);
+        header.set_size(name_bytes);
+        header.set_cksum();
+        builder
+            .append(
+                &header,
+                std::io::Read::take(std::io::repeat(b'a'), name_bytes),
+            )
+            .unwrap();
+        let mut header = tar::Header::new_gnu();
+        header.set_size(MANIFEST.len() as u64);
+        header.set_mode(0o644);
+        builder
+            .append_data(&mut header, "subako-package.json", MANIFEST.as_bytes())
+            .unwrap();
+    })
 }
 
 #[test]
@@ -376,24 +379,18 @@ fn paths_past_the_file_systems_bounds_are_refused_by_rule() {
     // A 300-byte name and a 4,200-byte path were host errors ("file name too long").
     let wasm = fixture("valid_minimal");
     for long in ["n".repeat(300), format!("{}x", "d/".repeat(2100))] {
-        let temp = TempDir::new().unwrap();
-        let path = temp.path().join("long.tar.gz");
-        let gz = flate2::write::GzEncoder::new(
-            fs::File::create(&path).unwrap(),
-            flate2::Compression::fast(),
-        );
-        let mut builder = tar::Builder::new(gz);
-        for (name, data) in [
-            ("subako-package.json", MANIFEST.as_bytes()),
-            ("module.wasm", &wasm[..]),
-            (long.as_str(), &b"x"[..]),
-        ] {
-            let mut header = tar::Header::new_gnu();
-            header.set_size(data.len() as u64);
-            header.set_mode(0o644);
-            builder.append_data(&mut header, name, data).unwrap();
-        }
-        builder.into_inner().unwrap().finish().unwrap();
+        let (_keep, path) = built(|builder| {
+            for (name, data) in [
+                ("subako-package.json", MANIFEST.as_bytes()),
+                ("module.wasm", &wasm[..]),
+                (long.as_str(), &b"x"[..]),
+            ] {
+                let mut header = tar::Header::new_gnu();
+                header.set_size(data.len() as u64);
+                header.set_mode(0o644);
+                builder.append_data(&mut header, name, data).unwrap();
+            }
+        });
         assert_eq!(
             refused_rules(&path),
             ["archive.path_too_long"],
