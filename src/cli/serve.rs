@@ -55,6 +55,9 @@ pub struct ServeArgs {
     /// Milliseconds a stop waits for in-flight calls (default: 45000).
     #[arg(long, value_name = "MS")]
     drain_ms: Option<u64>,
+    /// The bytes all uploads may hold at once; beyond it, 503 (default: 256 MiB).
+    #[arg(long, value_name = "BYTES")]
+    max_upload_in_flight: Option<u64>,
     /// Milliseconds a request's whole body may take to arrive; then 408 (default: 30000).
     #[arg(long, value_name = "MS")]
     body_timeout_ms: Option<u64>,
@@ -109,6 +112,9 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
     }
     if let Some(ms) = args.drain_ms {
         config.drain = Duration::from_millis(ms);
+    }
+    if let Some(bytes) = args.max_upload_in_flight {
+        config.max_upload_in_flight = bytes;
     }
     if let Some(ms) = args.body_timeout_ms {
         config.body_timeout = Duration::from_millis(ms.max(1));

@@ -12,7 +12,6 @@
 //! Uploads run one at a time on a blocking thread (compiling is heavy); calls go through
 //! [`super::calls`]. This file does not check or store packages itself.
 
-use std::io::Write as _;
 use std::sync::Arc;
 
 use hyper::body::Incoming;
@@ -98,28 +97,49 @@ impl UploadFailure {
     }
 }
 
-/// `POST /v1/packages`.
+/// `POST /v1/packages`: the body is streamed to a file in the store's staging folder, never
+/// held in memory, and the bytes all uploads may have in flight at once are bounded
+/// (`--max-upload-in-flight`; 503 beyond, before anything is read).
 pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Response<Body> {
-    let body = match http::read_body(
-        request,
-        server.config.max_upload_bytes,
-        server.config.body_timeout,
-    )
-    .await
-    {
-        Ok(body) => body,
-        Err(response) => return response,
+    let max = server.config.max_upload_bytes;
+    // A body of unknown length may take up to the largest upload.
+    let reserved =
+        http::declared_length(&request).map_or(max as u64, |length| length.min(max as u64));
+    let Some(_in_flight) = server.upload_budget.reserve(reserved) else {
+        return http::busy(
+            "application/json",
+            json!({"error": format!(
+                "uploads in flight already hold what this server allows ({} bytes, hako serve \
+                 --max-upload-in-flight); try again shortly",
+                server.upload_budget.total()
+            )})
+            .to_string(),
+        );
     };
-    let _one_at_a_time = server.uploads.lock().await;
     let store = server.calls.store().clone();
+    let staging = store.root().join("staging");
+    let archive = match std::fs::create_dir_all(&staging).and_then(|()| {
+        tempfile::Builder::new()
+            .prefix("upload-")
+            .suffix(".tar.gz")
+            .tempfile_in(&staging)
+    }) {
+        Ok(archive) => archive,
+        Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
+    };
+    let mut file = match archive.reopen() {
+        Ok(file) => tokio::fs::File::from_std(file),
+        Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
+    };
+    if let Err(response) =
+        http::stream_body(request, max, server.config.body_timeout, &mut file).await
+    {
+        return response;
+    }
+    drop(file);
+    let _one_at_a_time = server.uploads.lock().await;
     let work = tokio::task::spawn_blocking(move || -> Result<upload::Uploaded, UploadFailure> {
         let internal = UploadFailure::internal;
-        let mut archive = tempfile::Builder::new()
-            .prefix("hako-upload-")
-            .suffix(".tar.gz")
-            .tempfile()
-            .map_err(|err| internal(&err))?;
-        archive.write_all(&body).map_err(|err| internal(&err))?;
         let package = match package::load(archive.path()) {
             Ok(package) => package,
             Err(LoadError::Refused(refusal)) => {

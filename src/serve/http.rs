@@ -84,7 +84,6 @@ pub fn busy(content_type: &'static str, body: impl Into<Bytes>) -> Response<Body
     response
 }
 
-/// Reads a request body of at most `limit` bytes, or answers 413.
 /// The request's body, whole: at most `limit` bytes (413 beyond), received within `deadline`
 /// from when the handler starts reading it (408 after), so that a client sending slowly
 /// cannot hold a connection and its buffers for long.
@@ -99,12 +98,7 @@ pub async fn read_body(
             &format!("the request body is larger than {limit} bytes"),
         )
     };
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > limit as u64) {
+    if declared_length(&request).is_some_and(|length| length > limit as u64) {
         return Err(too_large());
     }
     let collected =
@@ -124,6 +118,73 @@ pub async fn read_body(
         Err(err) => Err(problem(
             StatusCode::BAD_REQUEST,
             &format!("reading the request body: {err}"),
+        )),
+    }
+}
+
+/// The body's length as the request declares it, if it does.
+pub fn declared_length(request: &Request<Incoming>) -> Option<u64> {
+    request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok())
+}
+
+/// Streams the request's body into `file` as it arrives, with the bounds of [`read_body`]: at
+/// most `limit` bytes (413), within `deadline` (408). Nothing of it is held in memory but the
+/// frame being written.
+pub async fn stream_body(
+    request: Request<Incoming>,
+    limit: usize,
+    deadline: Duration,
+    file: &mut tokio::fs::File,
+) -> Result<u64, Response<Body>> {
+    use http_body_util::BodyExt;
+    use tokio::io::AsyncWriteExt;
+    let too_large = || {
+        problem(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("the request body is larger than {limit} bytes"),
+        )
+    };
+    if declared_length(&request).is_some_and(|length| length > limit as u64) {
+        return Err(too_large());
+    }
+    let mut body = request.into_body();
+    let receive = async {
+        let mut received = 0u64;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|err| {
+                problem(
+                    StatusCode::BAD_REQUEST,
+                    &format!("reading the request body: {err}"),
+                )
+            })?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            received += data.len() as u64;
+            if received > limit as u64 {
+                return Err(too_large());
+            }
+            if let Err(err) = file.write_all(&data).await {
+                return Err(problem(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &super::fault::report(&err),
+                ));
+            }
+        }
+        Ok(received)
+    };
+    match tokio::time::timeout(deadline, receive).await {
+        Ok(received) => received,
+        Err(_) => Err(problem(
+            StatusCode::REQUEST_TIMEOUT,
+            &format!(
+                "the request body did not arrive within {} ms (hako serve --body-timeout-ms)",
+                deadline.as_millis()
+            ),
         )),
     }
 }

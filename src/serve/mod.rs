@@ -70,6 +70,8 @@ pub struct ServeConfig {
     pub caps: calls::LimitCaps,
     /// How long a request's whole body may take to arrive.
     pub body_timeout: Duration,
+    /// The bytes all uploads may hold at once.
+    pub max_upload_in_flight: u64,
 }
 
 impl ServeConfig {
@@ -94,6 +96,7 @@ impl ServeConfig {
             drain: Duration::from_secs(45),
             caps: calls::LimitCaps::default(),
             body_timeout: Duration::from_secs(30),
+            max_upload_in_flight: 256 * 1024 * 1024,
         }
     }
 }
@@ -129,6 +132,51 @@ pub struct Server {
     pub sessions: Sessions,
     /// Uploads compile; one runs at a time.
     uploads: tokio::sync::Mutex<()>,
+    /// The bytes of upload bodies received or being received, over all uploads.
+    pub upload_budget: UploadBudget,
+}
+
+/// A bound on the bytes that uploads hold at once (on disk, in the staging folder): each
+/// reserves its declared length before its body is read, and gives it back when it is done.
+pub struct UploadBudget {
+    total: u64,
+    left: std::sync::Mutex<u64>,
+}
+
+impl UploadBudget {
+    pub fn new(total: u64) -> Self {
+        Self {
+            total,
+            left: std::sync::Mutex::new(total),
+        }
+    }
+
+    /// The bound, in bytes.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Reserves `bytes`, or `None` when fewer are left.
+    pub fn reserve(&self, bytes: u64) -> Option<Reserved<'_>> {
+        let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
+        *left = left.checked_sub(bytes)?;
+        Some(Reserved {
+            budget: self,
+            bytes,
+        })
+    }
+}
+
+/// Bytes reserved from an [`UploadBudget`], given back when dropped.
+pub struct Reserved<'a> {
+    budget: &'a UploadBudget,
+    bytes: u64,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        *self.budget.left.lock().unwrap_or_else(|p| p.into_inner()) += self.bytes;
+    }
 }
 
 /// Guest code runs on the pool's threads; wasmer's own stack switching keeps deep guest
@@ -203,11 +251,13 @@ pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(
             })?;
         ready(listener.local_addr()?);
         let drain = config.drain;
+        let max_upload_in_flight = config.max_upload_in_flight;
         let server = Arc::new(Server {
             config,
             calls: Arc::clone(&calls),
             sessions: Sessions::default(),
             uploads: tokio::sync::Mutex::new(()),
+            upload_budget: UploadBudget::new(max_upload_in_flight),
         });
         let graceful = GracefulShutdown::new();
         let stop = stop_signal();

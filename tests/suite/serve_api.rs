@@ -309,6 +309,58 @@ fn slow_bodies_get_408_and_never_stall_other_clients() {
 }
 
 #[test]
+fn uploads_in_flight_are_bounded_and_streamed_to_the_stores_staging_folder() {
+    use std::io::{BufReader, Write};
+    // Four 120 MiB uploads at once took the server from 10 MB to 509 MB: bodies were held in
+    // memory whole, however many arrived at once.
+    let store = empty_store();
+    let archive = archive_of(&support::greet_package_dir());
+    let budget = (archive.len() * 3 / 2).to_string();
+    let server = Server::start(
+        store.path(),
+        &[
+            "--max-upload-in-flight",
+            &budget,
+            "--body-timeout-ms",
+            "2000",
+        ],
+    );
+    // One upload sends half its body and waits: it holds its share of the budget.
+    let mut first = std::net::TcpStream::connect(server.addr).unwrap();
+    let head = format!(
+        "POST /v1/packages HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        archive.len()
+    );
+    first.write_all(head.as_bytes()).unwrap();
+    first.write_all(&archive[..archive.len() / 2]).unwrap();
+    // The half already received is on disk in the store's staging folder, not in memory.
+    let staging = store.path().join("staging");
+    let mut waited = 0;
+    while std::fs::read_dir(&staging).map_or(0, |dir| dir.count()) == 0 && waited < 100 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        waited += 1;
+    }
+    assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 1);
+    // A second one does not fit beside it.
+    let second = server.request("POST", "/v1/packages", &[], &archive);
+    assert_eq!(second.status, 503, "{}", second.text());
+    assert!(
+        second.text().contains("--max-upload-in-flight"),
+        "{}",
+        second.text()
+    );
+    // The first one ends (408 at its deadline), gives its share back, leaves no file.
+    first
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let (status, _) = serve_support::read_head(&mut BufReader::new(first));
+    assert_eq!(status, 408);
+    let third = server.request("POST", "/v1/packages", &[], &archive);
+    assert_eq!(third.status, 201, "{}", third.text());
+    assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
+}
+
+#[test]
 fn healthz_answers_head_as_well_as_get() {
     let store = serve_support::store();
     let server = Server::start(store.path(), &["--token", "secret"]);
