@@ -55,6 +55,14 @@ pub struct ServeArgs {
     /// Milliseconds a stop waits for in-flight calls (default: 45000).
     #[arg(long, value_name = "MS")]
     drain_ms: Option<u64>,
+    /// Milliseconds a connection may take to send a request's headers, and so may stay idle
+    /// between requests (default: 30000).
+    #[arg(long, value_name = "MS")]
+    idle_timeout_ms: Option<u64>,
+    /// Connections open at once; more wait in the kernel's backlog (default: the descriptor
+    /// limit, raised to its hard maximum, less 256).
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
     /// The bytes all uploads may hold at once; beyond it, 503 (default: 256 MiB).
     #[arg(long, value_name = "BYTES")]
     max_upload_in_flight: Option<u64>,
@@ -112,6 +120,17 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
     }
     if let Some(ms) = args.drain_ms {
         config.drain = Duration::from_millis(ms);
+    }
+    if let Some(ms) = args.idle_timeout_ms {
+        config.idle_timeout = Duration::from_millis(ms.max(1));
+    }
+    if let Some(connections) = args.max_connections {
+        if connections == 0 {
+            return Err(Failure::Usage(
+                "--max-connections must be at least 1".into(),
+            ));
+        }
+        config.max_connections = Some(connections);
     }
     if let Some(bytes) = args.max_upload_in_flight {
         config.max_upload_in_flight = bytes;

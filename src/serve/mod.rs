@@ -13,6 +13,7 @@
 //! This module does not check, compile or discover packages itself: uploads go through
 //! [`crate::upload`], calls through [`crate::call`].
 
+mod accept;
 pub mod api;
 pub mod calls;
 pub mod fault;
@@ -72,6 +73,11 @@ pub struct ServeConfig {
     pub body_timeout: Duration,
     /// The bytes all uploads may hold at once.
     pub max_upload_in_flight: u64,
+    /// How long a connection may take to send a request's headers, and so how long a
+    /// kept-alive connection may stay idle.
+    pub idle_timeout: Duration,
+    /// Connections open at once; `None`: sized from the descriptor limit.
+    pub max_connections: Option<usize>,
 }
 
 impl ServeConfig {
@@ -97,6 +103,8 @@ impl ServeConfig {
             caps: calls::LimitCaps::default(),
             body_timeout: Duration::from_secs(30),
             max_upload_in_flight: 256 * 1024 * 1024,
+            idle_timeout: Duration::from_secs(30),
+            max_connections: None,
         }
     }
 }
@@ -252,6 +260,10 @@ pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(
         ready(listener.local_addr()?);
         let drain = config.drain;
         let max_upload_in_flight = config.max_upload_in_flight;
+        let idle_timeout = config.idle_timeout;
+        let max_connections = config
+            .max_connections
+            .unwrap_or_else(accept::default_max_connections);
         let server = Arc::new(Server {
             config,
             calls: Arc::clone(&calls),
@@ -262,26 +274,23 @@ pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(
         let graceful = GracefulShutdown::new();
         let stop = stop_signal();
         tokio::pin!(stop);
+        let mut acceptor = accept::Acceptor::new(listener, max_connections);
         loop {
             tokio::select! {
-                accepted = listener.accept() => {
-                    let (stream, _) = match accepted {
-                        Ok(accepted) => accepted,
-                        Err(err) => {
-                            // Out of descriptors and the like: keep serving what is open.
-                            tracing::warn!("accepting a connection: {err}");
-                            continue;
-                        }
-                    };
+                (stream, permit) = acceptor.next() => {
                     let _ = stream.set_nodelay(true);
                     let server = Arc::clone(&server);
                     let service = service_fn(move |request| http::route(Arc::clone(&server), request));
                     let connection = hyper::server::conn::http1::Builder::new()
                         .timer(TokioTimer::new())
-                        .header_read_timeout(Duration::from_secs(30))
+                        // The time to send a request's headers, counted from when the
+                        // connection is ready for them: so also how long a kept-alive
+                        // connection may stay idle.
+                        .header_read_timeout(idle_timeout)
                         .serve_connection(TokioIo::new(stream), service);
                     let connection = graceful.watch(connection);
                     tokio::spawn(async move {
+                        let _open = permit;
                         if let Err(err) = connection.await {
                             tracing::debug!("connection: {err}");
                         }
@@ -290,7 +299,7 @@ pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(
                 () = &mut stop => break,
             }
         }
-        drop(listener);
+        drop(acceptor);
         server.sessions.close_all();
         if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
             tracing::warn!("requests still open after {drain:?}; stopping without them");

@@ -361,6 +361,45 @@ fn uploads_in_flight_are_bounded_and_streamed_to_the_stores_staging_folder() {
 }
 
 #[test]
+fn an_idle_connection_is_closed_and_connections_past_the_bound_wait_their_turn() {
+    use std::io::{Read, Write};
+    let store = empty_store();
+    let server = Server::start(
+        store.path(),
+        &["--idle-timeout-ms", "500", "--max-connections", "2"],
+    );
+    let timeout = Some(std::time::Duration::from_secs(15));
+    // A kept-alive connection that goes quiet after its answer is closed by the server.
+    let mut kept = std::net::TcpStream::connect(server.addr).unwrap();
+    kept.set_read_timeout(timeout).unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 512];
+    while !answer.ends_with(b"ok\n") {
+        let read = kept.read(&mut buffer).unwrap();
+        assert!(read > 0, "the answer was cut off");
+        answer.extend_from_slice(&buffer[..read]);
+    }
+    assert_eq!(
+        kept.read(&mut buffer).unwrap(),
+        0,
+        "the idle connection is closed"
+    );
+    // Two connections that send nothing hold both places; a third client waits in the
+    // backlog until the server has closed them, then is answered.
+    let silent: Vec<_> = (0..2)
+        .map(|_| std::net::TcpStream::connect(server.addr).unwrap())
+        .collect();
+    let third = server.get("/healthz");
+    assert_eq!(third.status, 200);
+    for mut stream in silent {
+        stream.set_read_timeout(timeout).unwrap();
+        assert_eq!(stream.read(&mut buffer).unwrap(), 0);
+    }
+}
+
+#[test]
 fn healthz_answers_head_as_well_as_get() {
     let store = serve_support::store();
     let server = Server::start(store.path(), &["--token", "secret"]);
