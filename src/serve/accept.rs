@@ -23,12 +23,12 @@ const RESERVED_DESCRIPTORS: u64 = 256;
 pub fn default_max_connections() -> usize {
     use rustix::process::{getrlimit, setrlimit, Resource};
     let mut limit = getrlimit(Resource::Nofile);
-    if limit.maximum.is_some_and(|hard| limit.current < Some(hard)) || limit.maximum.is_none() {
+    if limit.current != limit.maximum {
         let raised = rustix::process::Rlimit {
             current: limit.maximum,
             maximum: limit.maximum,
         };
-        if setrlimit(Resource::Nofile, raised.clone()).is_ok() {
+        if setrlimit(Resource::Nofile, raised).is_ok() {
             limit = raised;
         }
     }
