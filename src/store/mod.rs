@@ -196,7 +196,11 @@ impl Store {
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
         let root = root.into();
         let artifacts_dir = root.join("artifacts");
-        fs::create_dir_all(&artifacts_dir).map_err(io("creating", &artifacts_dir))?;
+        // Folders hako makes are writable by their owner alone, whatever the umask, so that a
+        // store it creates passes the check below.
+        std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o755)
+            .create(&artifacts_dir)
+            .map_err(io("creating", &artifacts_dir))?;
         for dir in [&root, &artifacts_dir] {
             only_ours(dir)?;
         }

@@ -472,6 +472,35 @@ fn a_store_folder_that_others_may_write_or_own_is_refused() {
     );
 }
 
+#[test]
+fn a_store_hako_creates_passes_its_own_check_whatever_the_umask() {
+    // With a umask of 002 (common on desktops), a plain create_dir_all made a group-writable
+    // store that the next command refused.
+    let parent = tempfile::tempdir().unwrap();
+    let store = parent.path().join("new-store");
+    let greet = support::greet_package_dir();
+    let output = std::process::Command::new("sh")
+        .args(["-c", "umask 002 && exec \"$@\"", "sh"])
+        .args(support::hako_argv())
+        .args(["upload", path(&greet), "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert_eq!(
+        status(&output),
+        0,
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let output = hako(&store, &["tools", "greet"]);
+    assert_eq!(
+        status(&output),
+        0,
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// The user running the tests: the owner of a folder it makes.
 fn own_uid() -> u32 {
     use std::os::unix::fs::MetadataExt;
