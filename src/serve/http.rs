@@ -92,33 +92,55 @@ pub async fn read_body(
     limit: usize,
     deadline: Duration,
 ) -> Result<Bytes, Response<Body>> {
-    let too_large = || {
-        problem(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("the request body is larger than {limit} bytes"),
-        )
-    };
-    if declared_length(&request).is_some_and(|length| length > limit as u64) {
-        return Err(too_large());
-    }
+    refuse_declared_above(&request, limit)?;
     let collected =
         tokio::time::timeout(deadline, Limited::new(request.into_body(), limit).collect());
     let Ok(collected) = collected.await else {
-        return Err(problem(
-            StatusCode::REQUEST_TIMEOUT,
-            &format!(
-                "the request body did not arrive within {} ms (hako serve --body-timeout-ms)",
-                deadline.as_millis()
-            ),
-        ));
+        return Err(timed_out(deadline));
     };
-    match collected {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(err) if err.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(err) => Err(problem(
-            StatusCode::BAD_REQUEST,
-            &format!("reading the request body: {err}"),
-        )),
+    collected
+        .map(|collected| collected.to_bytes())
+        .map_err(|err| unreadable(err.as_ref(), limit))
+}
+
+/// 413 for a body that [`Limited`] cut at `limit`, 400 for one that could not be read.
+fn unreadable(
+    err: &(dyn std::error::Error + Send + Sync + 'static),
+    limit: usize,
+) -> Response<Body> {
+    if err.is::<http_body_util::LengthLimitError>() {
+        return too_large(limit);
+    }
+    problem(
+        StatusCode::BAD_REQUEST,
+        &format!("reading the request body: {err}"),
+    )
+}
+
+/// 413 for a body over `limit` bytes.
+fn too_large(limit: usize) -> Response<Body> {
+    problem(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!("the request body is larger than {limit} bytes"),
+    )
+}
+
+/// 408 for a body that did not arrive within `deadline`.
+fn timed_out(deadline: Duration) -> Response<Body> {
+    problem(
+        StatusCode::REQUEST_TIMEOUT,
+        &format!(
+            "the request body did not arrive within {} ms (hako serve --body-timeout-ms)",
+            deadline.as_millis()
+        ),
+    )
+}
+
+/// 413 before anything is read when the request declares a body over `limit` bytes.
+fn refuse_declared_above(request: &Request<Incoming>, limit: usize) -> Result<(), Response<Body>> {
+    match declared_length(request) {
+        Some(length) if length > limit as u64 => Err(too_large(limit)),
+        _ => Ok(()),
     }
 }
 
@@ -139,35 +161,17 @@ pub async fn stream_body(
     limit: usize,
     deadline: Duration,
     file: &mut tokio::fs::File,
-) -> Result<u64, Response<Body>> {
+) -> Result<(), Response<Body>> {
     use http_body_util::BodyExt;
     use tokio::io::AsyncWriteExt;
-    let too_large = || {
-        problem(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("the request body is larger than {limit} bytes"),
-        )
-    };
-    if declared_length(&request).is_some_and(|length| length > limit as u64) {
-        return Err(too_large());
-    }
-    let mut body = request.into_body();
+    refuse_declared_above(&request, limit)?;
+    let mut body = Limited::new(request.into_body(), limit);
     let receive = async {
-        let mut received = 0u64;
         while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|err| {
-                problem(
-                    StatusCode::BAD_REQUEST,
-                    &format!("reading the request body: {err}"),
-                )
-            })?;
+            let frame = frame.map_err(|err| unreadable(err.as_ref(), limit))?;
             let Ok(data) = frame.into_data() else {
                 continue;
             };
-            received += data.len() as u64;
-            if received > limit as u64 {
-                return Err(too_large());
-            }
             if let Err(err) = file.write_all(&data).await {
                 return Err(problem(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -175,18 +179,11 @@ pub async fn stream_body(
                 ));
             }
         }
-        Ok(received)
+        Ok(())
     };
-    match tokio::time::timeout(deadline, receive).await {
-        Ok(received) => received,
-        Err(_) => Err(problem(
-            StatusCode::REQUEST_TIMEOUT,
-            &format!(
-                "the request body did not arrive within {} ms (hako serve --body-timeout-ms)",
-                deadline.as_millis()
-            ),
-        )),
-    }
+    tokio::time::timeout(deadline, receive)
+        .await
+        .unwrap_or_else(|_| Err(timed_out(deadline)))
 }
 
 /// Whether an `Origin` header value names this machine: `http(s)://localhost`,
