@@ -35,7 +35,7 @@ use hako_engine_api::{
 use wasmer::sys::{
     CompilerConfig, CpuFeature, EngineBuilder, Features, NativeEngineExt, Target, Triple,
 };
-use wasmer::{Exports, Extern, FunctionEnv, Instance, InstantiationError, Store, TypedFunction};
+use wasmer::{Exports, Extern, FunctionEnv, Instance, Store, TypedFunction};
 
 use checks::DeadlineChecks;
 use interrupt::StoreInterrupt;
@@ -354,6 +354,9 @@ struct WasmerModule {
     /// The module's imports in its own order, looked up in the ABI's table once, or why the
     /// module cannot be linked (reported by every run).
     imports: Result<Vec<Import>, String>,
+    /// Whether the module has a start function (exported by the checks as
+    /// [`checks::START_EXPORT`]).
+    has_start: bool,
     runs_here: bool,
     triple: String,
 }
@@ -421,10 +424,14 @@ impl WasmerModule {
                 })
             })
             .collect();
+        let has_start = module
+            .exports()
+            .any(|export| export.name() == checks::START_EXPORT);
         Self {
             engine,
             module,
             imports,
+            has_start,
             runs_here,
             triple: triple.to_string(),
         }
@@ -466,16 +473,10 @@ impl WasmerModule {
             Err(message) => return RunExit::Instantiate(message),
         };
         let cap = CapScope::enter(limits.max_memory_bytes);
-        // wasmer arms its interrupts only while an exported function runs, not while
-        // `Instance::new` runs a start function; arm them here too, so that a start function
-        // that never returns is still stopped by the deadline.
-        let instantiated = match wasmer_vm::interrupt_registry::install(store.id()) {
-            Ok(_armed) => Instance::new_by_index(store, &self.module, &imports),
-            Err(_already_interrupted) => return RunExit::Interrupted,
-        };
-        let instance = match instantiated {
+        // No guest code runs here: the checks took the start function out of instantiation
+        // (and the engine identity keeps code without them from being loaded).
+        let instance = match Instance::new_by_index(store, &self.module, &imports) {
             Ok(instance) => instance,
-            Err(InstantiationError::Start(error)) => return classify(error, &cap, flag),
             Err(error) if cap.refused() => {
                 return RunExit::OutOfMemory(format!(
                     "the module's initial memory is above the cap of {} bytes: {error}",
@@ -486,13 +487,15 @@ impl WasmerModule {
         };
         flag.attach(&instance, store);
         // The start function, taken out of instantiation by the checks, runs now that the
-        // flag reaches it.
-        if let Ok(start) = instance
-            .exports
-            .get_typed_function::<(), ()>(store, checks::START_EXPORT)
-        {
-            if let Err(error) = start.call(store) {
-                return classify(error, &cap, flag);
+        // flag reaches it. Whether there is one was read once, when the module was made.
+        if self.has_start {
+            let start = instance
+                .exports
+                .get_typed_function::<(), ()>(store, checks::START_EXPORT);
+            match start.map(|start| start.call(store)) {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => return classify(error, &cap, flag),
+                Err(err) => return RunExit::Instantiate(format!("the start function: {err}")),
             }
         }
         let start = match entry_points(&instance.exports, store) {
