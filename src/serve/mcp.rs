@@ -170,10 +170,24 @@ fn message(id: &Id, member: &str, value: &Value) -> Vec<u8> {
     out
 }
 
-/// The id of the message `bytes` as the client wrote it; `parsed` (its value, already read)
-/// serialized when the text cannot be had (a message with two ids: the last one counts, as it
-/// does for the rest of the message).
+/// The id of the message `bytes` as the client wrote it.
+///
+/// Most ids come back exactly from `parsed` (the value already read): an integer has one JSON
+/// spelling, and a string does when the message holds no escape at all. Only the rest (a
+/// fraction or exponent, an escape somewhere) cost a second scan of the message for the id's
+/// text; `parsed` serialized stays the answer for a message with two ids (the last one counts,
+/// as it does for the rest of the message).
 fn exact_id(bytes: &[u8], parsed: &Value) -> Id {
+    let serialized =
+        || Id(serde_json::value::to_raw_value(parsed).expect("a string or a number serializes"));
+    let one_spelling = match parsed {
+        Value::Number(number) => number.is_u64() || number.is_i64(),
+        Value::String(_) => !bytes.contains(&b'\\'),
+        _ => false,
+    };
+    if one_spelling {
+        return serialized();
+    }
     #[derive(serde::Deserialize)]
     struct IdOnly<'a> {
         #[serde(borrow)]
@@ -181,9 +195,7 @@ fn exact_id(bytes: &[u8], parsed: &Value) -> Id {
     }
     match serde_json::from_slice::<IdOnly>(bytes) {
         Ok(message) => Id(message.id.to_owned()),
-        Err(_) => {
-            Id(serde_json::value::to_raw_value(parsed).expect("a string or a number serializes"))
-        }
+        Err(_) => serialized(),
     }
 }
 
@@ -581,6 +593,7 @@ mod tests {
             "1.50",
             r#""\u0041b""#,
             "7",
+            r#""call-7""#,
         ] {
             let message = format!(r#"{{"jsonrpc":"2.0","id": {id} ,"method":"ping"}}"#);
             let Ok(request) = read(message.as_bytes()) else {
