@@ -92,7 +92,9 @@ pub async fn read_body(
     limit: usize,
     deadline: Duration,
 ) -> Result<Bytes, Response<Body>> {
-    refuse_declared_above(&request, limit)?;
+    if let Some(refusal) = declared_above(&request, limit) {
+        return Err(refusal);
+    }
     let collected =
         tokio::time::timeout(deadline, Limited::new(request.into_body(), limit).collect());
     let Ok(collected) = collected.await else {
@@ -136,12 +138,12 @@ fn timed_out(deadline: Duration) -> Response<Body> {
     )
 }
 
-/// 413 before anything is read when the request declares a body over `limit` bytes.
-fn refuse_declared_above(request: &Request<Incoming>, limit: usize) -> Result<(), Response<Body>> {
-    match declared_length(request) {
-        Some(length) if length > limit as u64 => Err(too_large(limit)),
-        _ => Ok(()),
-    }
+/// The 413 to answer before anything is read, when the request declares a body over `limit`
+/// bytes.
+fn declared_above(request: &Request<Incoming>, limit: usize) -> Option<Response<Body>> {
+    declared_length(request)
+        .is_some_and(|length| length > limit as u64)
+        .then(|| too_large(limit))
 }
 
 /// The body's length as the request declares it, if it does.
@@ -164,7 +166,9 @@ pub async fn stream_body(
 ) -> Result<(), Response<Body>> {
     use http_body_util::BodyExt;
     use tokio::io::AsyncWriteExt;
-    refuse_declared_above(&request, limit)?;
+    if let Some(refusal) = declared_above(&request, limit) {
+        return Err(refusal);
+    }
     let mut body = Limited::new(request.into_body(), limit);
     let receive = async {
         while let Some(frame) = body.frame().await {
@@ -181,9 +185,10 @@ pub async fn stream_body(
         }
         Ok(())
     };
-    tokio::time::timeout(deadline, receive)
-        .await
-        .unwrap_or_else(|_| Err(timed_out(deadline)))
+    match tokio::time::timeout(deadline, receive).await {
+        Ok(received) => received,
+        Err(_) => Err(timed_out(deadline)),
+    }
 }
 
 /// Whether an `Origin` header value names this machine: `http(s)://localhost`,
