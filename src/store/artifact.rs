@@ -84,7 +84,7 @@ impl Header {
             ("compiler", &self.compiler, &id.compiler),
             ("target", &self.triple, &id.triple),
             ("CPU features", &self.cpu_features, &id.cpu_features),
-            ("compile settings", &self.settings, &id.settings),
+            ("compile settings", &self.settings, id.settings),
             ("module", &self.module_sha256, &key.module_sha256),
         ];
         for (what, found, wanted) in checks {
@@ -158,7 +158,7 @@ impl ArtifactCache {
             compiler: key.identity.compiler.clone(),
             triple: key.identity.triple.clone(),
             cpu_features: key.identity.cpu_features.clone(),
-            settings: key.identity.settings.clone(),
+            settings: key.identity.settings.to_string(),
             module_sha256: key.module_sha256.clone(),
             payload_len: payload.len() as u64,
             payload_xxh3: checksum(&payload),
@@ -302,7 +302,7 @@ mod tests {
                 compiler: "cranelift".into(),
                 triple: "x86_64-unknown-linux-gnu".into(),
                 cpu_features: "sse2".into(),
-                settings: "features=x".into(),
+                settings: "features=x",
             },
         )
     }
@@ -323,7 +323,7 @@ mod tests {
             compiler: key.identity.compiler.clone(),
             triple: key.identity.triple.clone(),
             cpu_features: key.identity.cpu_features.clone(),
-            settings: key.identity.settings.clone(),
+            settings: key.identity.settings.to_string(),
             module_sha256: key.module_sha256.clone(),
             payload_len: payload.len() as u64,
             payload_xxh3: checksum(payload),
@@ -364,7 +364,7 @@ mod tests {
         let err = verify(&file(&header, b"native"), &key).unwrap_err();
         assert!(err.contains("compile settings"), "{err}");
         let mut other = key.clone();
-        other.identity.settings = "features=x;checks=none".into();
+        other.identity.settings = "features=x;checks=none";
         assert_ne!(other.file_name(), key.file_name());
     }
 

@@ -113,7 +113,9 @@ pub struct EngineIdentity {
     /// The compile settings that change the code one compiler makes for one target: the
     /// WebAssembly features, how memories are laid out (bounds, guard), checks compiled in.
     /// One line, written by the engine; two engines of different settings never share code.
-    pub settings: String,
+    /// Fixed for a build, like `engine` and `version`, so that keys made on every call copy no
+    /// string for it.
+    pub settings: &'static str,
 }
 
 impl EngineIdentity {

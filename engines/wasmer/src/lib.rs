@@ -113,15 +113,20 @@ fn abi_features() -> Features {
 
 /// The compile settings of every wasmer engine here, as one line of the identity: the
 /// features ([`abi_features`]), the memory style the tunables give every memory (static, its
-/// bound and offset guard), and the deadline checks ([`checks`], with their version).
-fn settings() -> String {
+/// bound and offset guard), and the deadline checks ([`checks`], with their version). Made
+/// once per process.
+fn settings() -> &'static str {
     use wasmer_types::MemoryStyle;
-    format!(
-        "features=bulk-memory,multi-value,reference-types,simd;memory=static,bound={},guard={};{}",
-        MemoryStyle::static_bound().bytes().0,
-        MemoryStyle::static_offset_guard_size(),
-        checks::SETTINGS
-    )
+    static SETTINGS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SETTINGS.get_or_init(|| {
+        format!(
+            "features=bulk-memory,multi-value,reference-types,simd;memory=static,bound={},\
+             guard={};{}",
+            MemoryStyle::static_bound().bytes().0,
+            MemoryStyle::static_offset_guard_size(),
+            checks::SETTINGS
+        )
+    })
 }
 
 /// The CPU features code for `triple` may assume when the machine that runs it is unknown: the

@@ -189,7 +189,7 @@ impl WasmtimeEngine {
             compiler: "cranelift".to_string(),
             triple: target.triple.to_string(),
             cpu_features: target.features_line(),
-            settings: SETTINGS.to_string(),
+            settings: SETTINGS,
         };
         Ok(Self {
             engine,
