@@ -170,20 +170,23 @@ pub async fn stream_body(
         return Err(refusal);
     }
     let mut body = Limited::new(request.into_body(), limit);
+    let failed = |err: &std::io::Error| {
+        problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &super::fault::report(err),
+        )
+    };
     let receive = async {
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|err| unreadable(err.as_ref(), limit))?;
             let Ok(data) = frame.into_data() else {
                 continue;
             };
-            if let Err(err) = file.write_all(&data).await {
-                return Err(problem(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    &super::fault::report(&err),
-                ));
-            }
+            file.write_all(&data).await.map_err(|err| failed(&err))?;
         }
-        Ok(())
+        // tokio's file hands writes to a blocking thread: the last one may still be under way
+        // when `write_all` returns, and the file is read next through another descriptor.
+        file.flush().await.map_err(|err| failed(&err))
     };
     match tokio::time::timeout(deadline, receive).await {
         Ok(received) => received,
