@@ -5,28 +5,12 @@
 //! What this file does not do: decide which failures are the client's (those are answered
 //! with their reason, as 4xx or JSON-RPC errors, where they happen).
 
-/// Logs `error` with its causes under a new request id, and returns what the client is told.
+/// Logs `error` with its causes under a new request id (a random UUID, as session ids are),
+/// and returns what the client is told.
 pub fn report(error: &(dyn std::error::Error + 'static)) -> String {
-    let id = request_id();
+    let id = super::sse::uuid_v4();
     tracing::error!(request_id = %id, "{}", crate::error_chain(error));
-    public_message(&id)
-}
-
-/// The sentence a client gets for a host failure.
-fn public_message(id: &str) -> String {
     format!("the server failed to handle this request (request id {id}); its log has the cause")
-}
-
-/// 16 hex digits from the OS's random source (a counter if that fails: ids must only differ).
-fn request_id() -> String {
-    let mut bytes = [0u8; 8];
-    if getrandom::fill(&mut bytes).is_err() {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        bytes = NEXT
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            .to_be_bytes();
-    }
-    hex::encode(bytes)
 }
 
 #[cfg(test)]
