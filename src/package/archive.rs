@@ -479,21 +479,15 @@ mod tests {
 
     #[test]
     fn an_entry_claiming_more_than_the_size_limit_is_refused_before_it_is_read() {
-        let temp = TempDir::new().unwrap();
-        let path = temp.path().join("package.tar.gz");
-        let gz = flate2::write::GzEncoder::new(
-            fs::File::create(&path).unwrap(),
-            flate2::Compression::fast(),
-        );
-        let mut builder = tar::Builder::new(gz);
-        let mut header = tar::Header::new_gnu();
-        header.set_path("huge.bin").unwrap();
-        header.set_entry_type(EntryType::Regular);
-        header.set_size(MAX_UNPACKED_BYTES + 1);
-        header.set_cksum();
-        // Only the header is written: the check must come before any data is read.
-        builder.get_mut().write_all(header.as_bytes()).unwrap();
-        builder.into_inner().unwrap().finish().unwrap();
+        let (_keep, path) = built(|builder| {
+            let mut header = tar::Header::new_gnu();
+            header.set_path("huge.bin").unwrap();
+            header.set_entry_type(EntryType::Regular);
+            header.set_size(MAX_UNPACKED_BYTES + 1);
+            header.set_cksum();
+            // Only the header is written: the check must come before any data is read.
+            builder.get_mut().write_all(header.as_bytes()).unwrap();
+        });
         assert_eq!(refused_rules(&path), ["archive.too_large"]);
     }
 
