@@ -24,6 +24,15 @@ pub mod upload;
 /// hako's version, as sent in `clientInfo`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// `s`, cut to at most `max` characters (with `…` when cut), for quoting untrusted text (a
+/// guest's, an archive's, a manifest's) in a message.
+pub(crate) fn clip(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &s[..end]),
+        None => s.to_string(),
+    }
+}
+
 /// An error and its causes as one line, `: `-joined, skipping a cause whose message the line
 /// already carries (many errors quote their cause in their own message and also keep it as
 /// their source, which would otherwise print it twice).

@@ -162,7 +162,7 @@ fn unpack(reader: impl Read, dest: &Path, problems: &mut Vec<Problem>) -> Result
         let raw_path = next_path
             .take()
             .unwrap_or_else(|| entry.header().path_bytes().into_owned());
-        let shown = shown(&raw_path);
+        let shown = crate::clip(&String::from_utf8_lossy(&raw_path), 100);
         if let Some(problem) = path_length_problem(&raw_path, &shown) {
             problems.push(problem);
             continue;
@@ -291,15 +291,6 @@ fn path_length_problem(path: &[u8], shown: &str) -> Option<Problem> {
             ),
         )),
         _ => None,
-    }
-}
-
-/// A path as a refusal shows it: lossy UTF-8, cut to 100 characters.
-fn shown(path: &[u8]) -> String {
-    let text = String::from_utf8_lossy(path);
-    match text.char_indices().nth(100) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.into_owned(),
     }
 }
 

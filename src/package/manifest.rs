@@ -104,14 +104,6 @@ fn name(fields: &Map<String, Value>, problems: &mut Vec<Problem>) -> Option<Stri
     None
 }
 
-/// A refused value as a message shows it: at most 80 characters.
-fn shorten(value: &str) -> String {
-    match value.char_indices().nth(80) {
-        Some((end, _)) => format!("{}…", &value[..end]),
-        None => value.to_string(),
-    }
-}
-
 fn version(fields: &Map<String, Value>, problems: &mut Vec<Problem>) -> Option<String> {
     match fields.get("version") {
         None => problems.push(Problem::new("manifest.version", "version is missing")),
@@ -123,7 +115,7 @@ fn version(fields: &Map<String, Value>, problems: &mut Vec<Problem>) -> Option<S
             format!(
                 "version {:?} must be 1 to {MAX_VERSION_BYTES} bytes of 0-9, A-Z, a-z, '.', '+' and \
                  '-', not starting with '.'",
-                shorten(version)
+                crate::clip(version, 80)
             ),
         )),
         Some(_) => problems.push(Problem::new("manifest.version", "version must be a string")),

@@ -44,13 +44,8 @@ pub(crate) fn type_name(value: &BorrowedValue<'_>) -> &'static str {
     }
 }
 
-/// `s`, cut to at most `max` characters, for quoting guest text in a message.
-pub(crate) fn clip(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((end, _)) => format!("{}…", &s[..end]),
-        None => s.to_string(),
-    }
-}
+/// Guest text is quoted in messages cut by the crate's one [`crate::clip`].
+pub(crate) use crate::clip;
 
 #[cfg(test)]
 mod tests {
