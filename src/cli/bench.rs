@@ -72,7 +72,7 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
     // The package (kept alive: an archive's assets live in its temp folder) and its tools.
     let (_package, mut workload, tools) = match super::target(&args.package) {
         Target::Path(path) => {
-            let package = super::load_package(&path)?;
+            let package = super::load_package(&path, None)?;
             let workload = Workload {
                 program: package.manifest.name.clone(),
                 wasm: package.wasm.clone(),

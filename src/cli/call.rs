@@ -132,7 +132,7 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
     // What to run: a package on disk (checked now), or a stored one (checked at upload).
     let (name, wasm, module_sha256, uses_simd, assets) = match super::target(&args.package) {
         Target::Path(path) => {
-            let package = super::load_package(&path)?;
+            let package = super::load_package(&path, Some(&store))?;
             let assets = package.assets.clone();
             let name = package.manifest.name.clone();
             (

@@ -19,7 +19,7 @@ pub struct CheckArgs {
 
 pub fn run(args: CheckArgs) -> Result<(), Failure> {
     if !args.json {
-        let package = super::load_package(&args.package)?;
+        let package = super::load_package(&args.package, None)?;
         outln!(
             "{} {}: valid ABI 1 package{}",
             package.manifest.name,

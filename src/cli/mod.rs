@@ -111,9 +111,17 @@ fn open_store(dir: Option<&Path>) -> Result<Store, Failure> {
     Store::open(&root).map_err(|err| Failure::Host(err.into()))
 }
 
-/// Loads and checks a package folder or archive, printing a refusal's reasons.
-fn load_package(path: &Path) -> Result<Package, Failure> {
-    match package::load(path) {
+/// Loads and checks a package folder or archive, printing a refusal's reasons. An archive is
+/// extracted in the store's staging folder when there is a store.
+fn load_package(path: &Path, store: Option<&Store>) -> Result<Package, Failure> {
+    let loaded = match store {
+        Some(store) if !path.is_dir() => {
+            let work = store.staging().map_err(|err| Failure::Host(err.into()))?;
+            package::load_in(path, &work)
+        }
+        _ => package::load(path),
+    };
+    match loaded {
         Ok(package) => Ok(package),
         Err(LoadError::Refused(refusal)) => {
             eprintln!("hako: {} is refused:", path.display());

@@ -181,7 +181,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         Target::Stored(name) => name,
         Target::Path(path) => {
             let store = super::open_store(Some(&config.store))?;
-            let loaded = super::load_package(&path)?;
+            let loaded = super::load_package(&path, Some(&store))?;
             match upload::upload(&store, &loaded, &UploadOptions::default()) {
                 Ok(uploaded) => {
                     for message in &uploaded.notes {

@@ -24,7 +24,7 @@ pub fn run(args: ToolsArgs) -> Result<(), Failure> {
     let tools = match super::target(&args.package) {
         Target::Stored(name) => super::stored(&store, &name)?.tools,
         Target::Path(path) => {
-            let package = super::load_package(&path)?;
+            let package = super::load_package(&path, Some(&store))?;
             let loaded = store
                 .load_module(
                     &ModuleSpec {

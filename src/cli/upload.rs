@@ -36,7 +36,7 @@ pub struct UploadArgs {
 
 pub fn run(args: UploadArgs) -> Result<(), Failure> {
     let store = super::open_store(args.store.as_deref())?;
-    let package = super::load_package(&args.package)?;
+    let package = super::load_package(&args.package, Some(&store))?;
     let configs = if args.compilers.is_empty() {
         vec![EngineConfig::new(args.engine, None)]
     } else {

@@ -147,13 +147,23 @@ impl fmt::Debug for Package {
 }
 
 /// Reads the package at `path` (a folder or a `.tar.gz`/`.tgz` archive) and checks everything
-/// that can be checked without running it.
+/// that can be checked without running it. An archive is extracted below the system's
+/// temporary folder; [`load_in`] says where instead.
 pub fn load(path: &Path) -> Result<Package, LoadError> {
+    load_in(path, &std::env::temp_dir())
+}
+
+/// [`load`], extracting an archive below `work` (a store's staging folder, so that what a
+/// killed process leaves is swept).
+pub fn load_in(path: &Path, work: &Path) -> Result<Package, LoadError> {
     let metadata = fs::metadata(path).map_err(|source| LoadError::io(path, source))?;
     let (root, extracted) = if metadata.is_dir() {
         (path.to_path_buf(), None)
     } else {
-        let temp = TempDir::new().map_err(|source| LoadError::io(path, source))?;
+        let temp = tempfile::Builder::new()
+            .prefix("extracted-")
+            .tempdir_in(work)
+            .map_err(|source| LoadError::io(path, source))?;
         let root = archive::extract(path, temp.path()).map_err(|error| match error {
             archive::ExtractError::Io { path, source } => LoadError::Io { path, source },
             archive::ExtractError::Refused(problems) => LoadError::refused(problems),

@@ -117,13 +117,15 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
         );
     };
     let store = server.calls.store().clone();
-    let staging = store.root().join("staging");
-    let archive = match std::fs::create_dir_all(&staging).and_then(|()| {
-        tempfile::Builder::new()
-            .prefix("upload-")
-            .suffix(".tar.gz")
-            .tempfile_in(&staging)
-    }) {
+    let staging = match store.staging() {
+        Ok(staging) => staging,
+        Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
+    };
+    let archive = match tempfile::Builder::new()
+        .prefix("upload-")
+        .suffix(".tar.gz")
+        .tempfile_in(&staging)
+    {
         Ok(archive) => archive,
         Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
     };
@@ -140,7 +142,7 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
     let _one_at_a_time = server.uploads.lock().await;
     let work = tokio::task::spawn_blocking(move || -> Result<upload::Uploaded, UploadFailure> {
         let internal = UploadFailure::internal;
-        let package = match package::load(archive.path()) {
+        let package = match package::load_in(archive.path(), &staging) {
             Ok(package) => package,
             Err(LoadError::Refused(refusal)) => {
                 let problems = serde_json::to_value(&refusal.problems).unwrap_or_default();

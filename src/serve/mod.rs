@@ -193,6 +193,9 @@ const GUEST_STACK_BYTES: usize = 8 * 1024 * 1024;
 
 fn calls(config: &ServeConfig) -> Result<Arc<Calls>, ServeError> {
     let store = Store::open(&config.store)?;
+    // The lease is taken now, so that what a killed server left in the staging folder is swept
+    // at start, not at the first upload.
+    store.staging()?;
     let policy = match &config.policy {
         Some(path) => Policy::from_file(path)?,
         None => Policy::empty(),

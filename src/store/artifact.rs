@@ -33,6 +33,7 @@ use hako_engine_api::{Bytes, Engine, EngineIdentity, Module};
 use serde::{Deserialize, Serialize};
 
 use super::sha256_hex;
+use super::staging::Staging;
 
 /// The format's mark; raised whenever the code an engine makes changes meaning for the same
 /// identity (4: wasmer code carries deadline checks), so that older files are recompiled.
@@ -128,6 +129,8 @@ pub enum ArtifactError {
 #[derive(Debug, Clone)]
 pub struct ArtifactCache {
     dir: PathBuf,
+    /// Where an artifact is written before it is renamed into place.
+    staging: Arc<Staging>,
 }
 
 impl ArtifactCache {
@@ -137,11 +140,15 @@ impl ArtifactCache {
     /// `dir` must be written only by hako (or by whoever the operator trusts to run native code
     /// in this process): an artifact whose header and checksum are right is loaded as native
     /// code without further checks.
+    /// Artifacts are written in `staging` first, which must be on the same file system.
     #[allow(unsafe_code)]
-    pub unsafe fn open_trusted(dir: impl Into<PathBuf>) -> std::io::Result<Self> {
+    pub unsafe fn open_trusted(
+        dir: impl Into<PathBuf>,
+        staging: Arc<Staging>,
+    ) -> std::io::Result<Self> {
         let dir = dir.into();
         fs::create_dir_all(&dir)?;
-        Ok(Self { dir })
+        Ok(Self { dir, staging })
     }
 
     /// Where the artifact for `key` lives.
@@ -181,7 +188,7 @@ impl ArtifactCache {
                 fs::remove_dir_all(&path).map_err(write_error)?;
             }
         }
-        write_atomically(&path, &bytes).map_err(write_error)?;
+        write_atomically(&path, &bytes, &self.staging).map_err(write_error)?;
         Ok(bytes.len() as u64)
     }
 
@@ -276,13 +283,18 @@ fn checksum(payload: &[u8]) -> String {
     format!("{:032x}", xxhash_rust::xxh3::xxh3_128(payload))
 }
 
-/// Writes `bytes` to `path` so that readers see the old file or the whole new one.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes `bytes` to `path` so that readers see the old file or the whole new one: in `staging`
+/// first (on the same file system), then renamed into place.
+pub(crate) fn write_atomically(
+    path: &Path,
+    bytes: &[u8],
+    staging: &Staging,
+) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir)?;
     let mut tmp = tempfile::Builder::new()
-        .prefix(".writing-")
-        .tempfile_in(dir)?;
+        .prefix("writing-")
+        .tempfile_in(staging.dir()?)?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|err| err.error)?;

@@ -5,8 +5,8 @@
 //! <store>/packages/<name>/current                 the version the package offers now
 //! <store>/packages/<name>/versions/<version>/      subako-package.json, module.wasm, assets/,
 //!                                                  tools.json (discovery), upload.json
-//! <store>/packages/<name>/.staging-*               a version being written
 //! <store>/artifacts/<compiler>-<digest>.artifact   see `artifact`
+//! <store>/staging/                                 work in progress, see `staging`
 //! ```
 //!
 //! A stored version is immutable: uploading the same version with the same module again is a
@@ -22,9 +22,11 @@
 pub mod artifact;
 mod loader;
 mod modules;
+pub mod staging;
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -32,6 +34,7 @@ use sha2::{Digest, Sha256};
 pub use artifact::{ArtifactCache, ArtifactError, ArtifactKey};
 pub use loader::{Loaded, ModuleSpec, Source};
 pub use modules::ModuleCache;
+pub use staging::Staging;
 
 use crate::package::manifest::is_valid_version;
 use crate::package::tools::Tool;
@@ -173,6 +176,7 @@ impl StoredPackage {
 pub struct Store {
     root: PathBuf,
     artifacts: ArtifactCache,
+    staging: Arc<Staging>,
 }
 
 /// What [`Store::put`] did.
@@ -208,9 +212,14 @@ impl Store {
         // above), and by the operator's contract only hako writes it; artifacts are further
         // verified by header and checksum before every load.
         #[allow(unsafe_code)]
-        let artifacts = unsafe { ArtifactCache::open_trusted(&artifacts_dir) }
+        let staging = Arc::new(Staging::new(&root));
+        let artifacts = unsafe { ArtifactCache::open_trusted(&artifacts_dir, staging.clone()) }
             .map_err(io("creating", &artifacts_dir))?;
-        Ok(Self { root, artifacts })
+        Ok(Self {
+            root,
+            artifacts,
+            staging,
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -219,6 +228,14 @@ impl Store {
 
     pub fn artifacts(&self) -> &ArtifactCache {
         &self.artifacts
+    }
+
+    /// This process's folder for temporary work on the store (see [`staging`]): taken, after
+    /// a sweep of what dead processes left there, on first use.
+    pub fn staging(&self) -> Result<PathBuf, StoreError> {
+        self.staging
+            .dir()
+            .map_err(io("making a staging folder in", &self.root))
     }
 
     fn package_dir(&self, name: &str) -> PathBuf {
@@ -319,11 +336,11 @@ impl Store {
             }
             PutResult::Unchanged
         } else {
-            fs::create_dir_all(&package_dir).map_err(io("creating", &package_dir))?;
+            let work = self.staging()?;
             let staging = tempfile::Builder::new()
-                .prefix(".staging-")
-                .tempdir_in(&package_dir)
-                .map_err(io("creating a folder in", &package_dir))?;
+                .prefix("version-")
+                .tempdir_in(&work)
+                .map_err(io("creating a folder in", &work))?;
             let dir = staging.path();
             fs::copy(
                 package.root.join("subako-package.json"),
@@ -343,8 +360,12 @@ impl Store {
             let _moved = staging.keep();
             PutResult::Stored
         };
-        artifact::write_atomically(&package_dir.join("current"), version.as_bytes())
-            .map_err(io("writing", &package_dir))?;
+        artifact::write_atomically(
+            &package_dir.join("current"),
+            version.as_bytes(),
+            &self.staging,
+        )
+        .map_err(io("writing", &package_dir))?;
         Ok(result)
     }
 }

@@ -19,6 +19,7 @@ mod content;
 mod deadlines;
 mod guests_build;
 mod http_abi;
+mod leftovers;
 mod sandbox_rules;
 mod serve_api;
 mod serve_mcp;

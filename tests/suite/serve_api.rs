@@ -7,23 +7,9 @@
 use crate::serve_support;
 use crate::support;
 
-use std::path::Path;
-
 use serde_json::{json, Value};
 use serve_support::{request, Server};
-
-/// A `.tar.gz` of the package folder at `dir`.
-fn archive_of(dir: &Path) -> Vec<u8> {
-    let encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    let mut builder = tar::Builder::new(encoder);
-    builder
-        .append_dir_all(".", dir)
-        .expect("the package is archived");
-    builder
-        .into_inner()
-        .and_then(|encoder| encoder.finish())
-        .expect("the archive is finished")
-}
+use support::archive_of;
 
 fn empty_store() -> tempfile::TempDir {
     tempfile::Builder::new()
@@ -334,13 +320,9 @@ fn uploads_in_flight_are_bounded_and_streamed_to_the_stores_staging_folder() {
     first.write_all(head.as_bytes()).unwrap();
     first.write_all(&archive[..archive.len() / 2]).unwrap();
     // The half already received is on disk in the store's staging folder, not in memory.
-    let staging = store.path().join("staging");
-    let mut waited = 0;
-    while std::fs::read_dir(&staging).map_or(0, |dir| dir.count()) == 0 && waited < 100 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        waited += 1;
-    }
-    assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 1);
+    server.wait_until("the body is in the staging folder", |_| {
+        serve_support::staged(store.path()).len() == 1
+    });
     // A second one does not fit beside it.
     let second = server.request("POST", "/v1/packages", &[], &archive);
     assert_eq!(second.status, 503, "{}", second.text());
@@ -357,7 +339,7 @@ fn uploads_in_flight_are_bounded_and_streamed_to_the_stores_staging_folder() {
     assert_eq!(status, 408);
     let third = server.request("POST", "/v1/packages", &[], &archive);
     assert_eq!(third.status, 201, "{}", third.text());
-    assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
+    assert_eq!(serve_support::staged(store.path()), Vec::<String>::new());
 }
 
 #[test]

@@ -20,6 +20,34 @@ pub fn hako() -> Command {
     support::hako_command()
 }
 
+/// The work in `store`'s staging folder: every file below a process's lease folder, as
+/// `<lease>/<path>` (the leases' lock files and folders themselves are not work).
+pub fn staged(store: &Path) -> Vec<String> {
+    fn files(dir: &Path, prefix: &str, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = format!("{prefix}{}", entry.file_name().to_string_lossy());
+            if entry.path().is_dir() {
+                files(&entry.path(), &format!("{name}/"), found);
+            } else {
+                found.push(name);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    for lease in std::fs::read_dir(store.join("staging"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if lease.path().is_dir() {
+            let prefix = format!("{}/", lease.file_name().to_string_lossy());
+            files(&lease.path(), &prefix, &mut found);
+        }
+    }
+    found.sort();
+    found
+}
+
 /// Runs `hako upload DIR --store STORE` and panics with its stderr if it fails.
 pub fn upload(store: &Path, package: &Path) {
     let output = hako()

@@ -134,6 +134,19 @@ pub fn module_package(name: &str, module: &[u8]) -> tempfile::TempDir {
     package
 }
 
+/// A `.tar.gz` of the package folder at `dir`.
+pub fn archive_of(dir: &Path) -> Vec<u8> {
+    let encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut builder = tar::Builder::new(encoder);
+    builder
+        .append_dir_all(".", dir)
+        .expect("the package is archived");
+    builder
+        .into_inner()
+        .and_then(|encoder| encoder.finish())
+        .expect("the archive is finished")
+}
+
 /// The hako repository: the package these integration tests belong to.
 fn repository_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
