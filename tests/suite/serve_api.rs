@@ -86,6 +86,15 @@ fn a_refused_archive_answers_422_with_the_rules_it_broke() {
 
     let garbage = server.request("POST", "/v1/packages", &[], b"not an archive");
     assert_eq!(garbage.status, 422, "{}", garbage.text());
+    // A refusal names the package's entries and the rules, never where the server keeps them.
+    let store_path = store.path().display().to_string();
+    let temp = std::env::temp_dir().display().to_string();
+    for text in [reply.text(), garbage.text()] {
+        assert!(
+            !text.contains(&store_path) && !text.contains(&temp),
+            "{text}"
+        );
+    }
 }
 
 #[test]
