@@ -11,6 +11,7 @@ use clap::Args;
 
 use super::{note, Failure, Target};
 use crate::engines::{self, Compiler, EngineConfig, EngineKind};
+use crate::serve::roles::Tokens;
 use crate::serve::{self, ServeConfig, ServeError};
 use crate::upload::{self, UploadError, UploadOptions};
 
@@ -22,9 +23,15 @@ pub struct ServeArgs {
     /// The address to listen on; anything but loopback needs a token.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7340")]
     listen: SocketAddr,
-    /// The exact Bearer token every request (but /healthz) must carry.
+    /// An agent token: MCP endpoints, calls and listing of every package.
     #[arg(long, env = "HAKO_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// The admin token: uploads and metrics, and every other route.
+    #[arg(long, env = "HAKO_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// A TOML file of tokens, each with a role and, for agents, the packages it may use.
+    #[arg(long, value_name = "FILE")]
+    tokens: Option<PathBuf>,
     /// An Origin allowed beside localhost, 127.0.0.1 and [::1] (repeatable; `*` allows any).
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     allowed_origins: Vec<String>,
@@ -91,7 +98,16 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
         .unwrap_or_else(crate::store::default_root);
     let mut config = ServeConfig::new(store);
     config.listen = args.listen;
-    config.token = args.token.clone().filter(|token| !token.is_empty());
+    // An empty variable (HAKO_TOKEN=) is no token, as before roles.
+    fn given(token: &Option<String>) -> Option<&str> {
+        token.as_deref().filter(|token| !token.is_empty())
+    }
+    config.tokens = Tokens::new(
+        given(&args.token),
+        given(&args.admin_token),
+        args.tokens.as_deref(),
+    )
+    .map_err(|err| Failure::Usage(err.to_string()))?;
     config.allowed_origins = args.allowed_origins.clone();
     config.policy = args.policy.clone();
     config.engine = EngineConfig::new(args.engine, args.compiler)

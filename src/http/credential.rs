@@ -67,6 +67,50 @@ pub enum SecretSource {
     File(PathBuf),
 }
 
+impl SecretSource {
+    /// The source a `value_env` or `value_file` field names (exactly one of them), a relative
+    /// file read against `base_dir`.
+    pub fn from_fields(
+        value_env: Option<String>,
+        value_file: Option<PathBuf>,
+        base_dir: &Path,
+    ) -> Result<SecretSource, String> {
+        match (value_env, value_file) {
+            (Some(var), None) if !var.is_empty() => Ok(SecretSource::Env(var)),
+            (None, Some(file)) => Ok(SecretSource::File(base_dir.join(file))),
+            (Some(_), Some(_)) => Err("set either value_env or value_file, not both".to_string()),
+            _ => Err("set value_env or value_file".to_string()),
+        }
+    }
+
+    /// The secret, or why it is not available: it must be set, non-empty, and free of line
+    /// breaks and control characters (it goes into a header).
+    pub fn read(&self) -> Result<String, &'static str> {
+        let value = match self {
+            SecretSource::Env(var) => std::env::var(var)
+                .map_err(|_| "its environment variable is not set or not UTF-8")?,
+            SecretSource::File(path) => {
+                let mut text = std::fs::read_to_string(path)
+                    .map_err(|_| "its file cannot be read as UTF-8 text")?;
+                if text.ends_with('\n') {
+                    text.pop();
+                    if text.ends_with('\r') {
+                        text.pop();
+                    }
+                }
+                text
+            }
+        };
+        if value.is_empty() {
+            return Err("the secret is empty");
+        }
+        if !is_header_value(&value) {
+            return Err("the secret contains a line break or control character");
+        }
+        Ok(value)
+    }
+}
+
 /// A header the host injects into requests to one host.
 #[derive(Debug, Clone)]
 pub struct Credential {
@@ -100,14 +144,7 @@ impl Credential {
                 "header `{header}` is a connection header and is never sent"
             ));
         }
-        let source = match (entry.value_env, entry.value_file) {
-            (Some(var), None) if !var.is_empty() => SecretSource::Env(var),
-            (None, Some(file)) => SecretSource::File(base_dir.join(file)),
-            (Some(_), Some(_)) => {
-                return Err("set either value_env or value_file, not both".to_string())
-            }
-            _ => return Err("set value_env or value_file".to_string()),
-        };
+        let source = SecretSource::from_fields(entry.value_env, entry.value_file, base_dir)?;
         let prefix = entry.prefix.unwrap_or_default();
         if !is_header_value(&prefix) {
             return Err("prefix contains a line break or control character".to_string());
@@ -148,29 +185,7 @@ impl Credential {
                 ),
             )
         };
-        let value = match &self.source {
-            SecretSource::Env(var) => std::env::var(var)
-                .map_err(|_| unavailable("its environment variable is not set or not UTF-8"))?,
-            SecretSource::File(path) => {
-                let mut text = std::fs::read_to_string(path)
-                    .map_err(|_| unavailable("its file cannot be read as UTF-8 text"))?;
-                if text.ends_with('\n') {
-                    text.pop();
-                    if text.ends_with('\r') {
-                        text.pop();
-                    }
-                }
-                text
-            }
-        };
-        if value.is_empty() {
-            return Err(unavailable("the secret is empty"));
-        }
-        if !is_header_value(&value) {
-            return Err(unavailable(
-                "the secret contains a line break or control character",
-            ));
-        }
+        let value = self.source.read().map_err(unavailable)?;
         Ok(InjectedHeader {
             name: self.header.clone(),
             value: Secret(format!("{}{}", self.prefix, value)),

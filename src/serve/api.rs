@@ -22,19 +22,21 @@ use super::calls::CallError;
 use super::http::{self, problem, Body};
 use super::mcp::{nesting_exceeds, MAX_NESTING};
 use super::pool::Rejected;
+use super::roles::Caller;
 use super::{fault, Server};
 use crate::package::{self, LoadError};
 use crate::store::PutResult;
 use crate::upload::{self, UploadError, UploadOptions};
 
 /// `GET /v1/packages`.
-pub fn list(server: &Server) -> Response<Body> {
+pub fn list(server: &Server, caller: Caller<'_>) -> Response<Body> {
     let names = match server.calls.store().list() {
         Ok(names) => names,
         Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
     };
     let packages: Vec<Value> = names
         .iter()
+        .filter(|name| caller.may_use(name))
         .filter_map(|name| server.calls.package(name).ok())
         .map(|served| {
             let record = &served.stored.record;

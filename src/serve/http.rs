@@ -1,7 +1,9 @@
 //! The HTTP front end: accepting connections (HTTP/1.1, hyper), the checks every request
 //! passes before anything else — an `Origin`, when present, must be loopback or allowed by
-//! the operator (403); the exact Bearer token, when one is configured (401; `/healthz` is
-//! exempt so probes need no secret) — the routes, bounded request bodies (413), and the
+//! the operator (403); a Bearer token the server knows, when any is configured (401;
+//! `/healthz` is exempt so probes need no secret), whose role covers the route and whose
+//! packages include the one the route names (403, see [`super::roles`]) — the routes, bounded
+//! request bodies (413), and the
 //! graceful stop: no new connections, SSE sessions closed, in-flight requests (and so their
 //! calls) finished within the drain time.
 //!
@@ -30,6 +32,7 @@ use hyper::{Method, Request, Response, StatusCode};
 
 use super::calls::Served;
 use super::mcp::{self, Dispatch};
+use super::roles::Caller;
 use super::{api, sse, Server};
 
 /// A response body: whole, or an SSE stream.
@@ -230,28 +233,14 @@ fn origin_allowed(server: &Server, origin: &str) -> bool {
             .any(|allowed| allowed == "*" || allowed.eq_ignore_ascii_case(origin))
 }
 
-/// Compares without stopping at the first difference, so timing tells nothing of the token.
-fn same_secret(given: &[u8], expected: &[u8]) -> bool {
-    given.len() == expected.len()
-        && given
-            .iter()
-            .zip(expected)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
+/// 403: the caller's token does not cover this route.
+fn forbidden(what: &str) -> Response<Body> {
+    problem(StatusCode::FORBIDDEN, &format!("this token may not {what}"))
 }
 
-fn authorized(server: &Server, request: &Request<Incoming>) -> bool {
-    let Some(token) = &server.config.token else {
-        return true;
-    };
-    let Some(given) = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "))
-    else {
-        return false;
-    };
-    same_secret(given, token.as_bytes())
+/// A 403 when `caller` may not use `package`.
+pub(super) fn out_of_scope(caller: Caller<'_>, package: &str) -> Option<Response<Body>> {
+    (!caller.may_use(package)).then(|| forbidden(&format!("use the package {package:?}")))
 }
 
 /// Answers one request.
@@ -274,21 +263,41 @@ pub async fn route(
             ));
         }
     }
-    if !authorized(&server, &request) {
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(HeaderValue::as_bytes);
+    let Some(caller) = server.config.tokens.caller(authorization) else {
         let mut response = problem(StatusCode::UNAUTHORIZED, "a valid Bearer token is required");
         response
             .headers_mut()
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return Ok(response);
-    }
+    };
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    // A route naming a package is checked against the token's packages before anything else,
+    // so an agent learns nothing of packages it may not use, not even whether they exist.
+    if let ["v1", "packages", name]
+    | ["v1", "packages", name, "call"]
+    | ["mcp" | "sse" | "message", name] = segments.as_slice()
+    {
+        if let Some(response) = out_of_scope(caller, name) {
+            return Ok(response);
+        }
+    }
     let response = match (&method, segments.as_slice()) {
+        (&Method::GET, ["metrics"]) if !caller.is_admin() => {
+            forbidden("read the metrics (an admin token may)")
+        }
         (&Method::GET, ["metrics"]) => respond(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
             server.calls.metrics.render(),
         ),
-        (&Method::GET, ["v1", "packages"]) => api::list(&server),
+        (&Method::GET, ["v1", "packages"]) => api::list(&server, caller),
+        (&Method::POST, ["v1", "packages"]) if !caller.is_admin() => {
+            forbidden("upload packages (an admin token may)")
+        }
         (&Method::POST, ["v1", "packages"]) => api::upload(&server, request).await,
         (&Method::GET, ["v1", "packages", name]) => api::show(&server, name),
         (&Method::POST, ["v1", "packages", name, "call"]) => {
@@ -311,12 +320,12 @@ pub async fn route(
         }
         (&Method::GET, ["sse", name]) => sse::open(&server, name),
         (&Method::POST, ["message"]) => match session_id(&request) {
-            Some(id) => sse::post(&server, &id, request).await,
-            None => one_shot(&server, None, request).await,
+            Some(id) => sse::post(&server, caller, &id, request).await,
+            None => one_shot(&server, caller, None, request).await,
         },
         (&Method::POST, ["message", name]) => {
             let name = name.to_string();
-            one_shot(&server, Some(name), request).await
+            one_shot(&server, caller, Some(name), request).await
         }
         _ => problem(
             StatusCode::NOT_FOUND,
@@ -382,6 +391,7 @@ async fn streamable(
 /// connection closed after it. Without a name, the store must hold exactly one package.
 async fn one_shot(
     server: &Arc<Server>,
+    caller: Caller<'_>,
     name: Option<String>,
     request: Request<Incoming>,
 ) -> Response<Body> {
@@ -406,6 +416,9 @@ async fn one_shot(
             }
         },
     };
+    if let Some(response) = out_of_scope(caller, &name) {
+        return response;
+    }
     let mut response = match served(server, &name) {
         Err(response) => *response,
         Ok(package) => match read_body(
@@ -453,13 +466,5 @@ mod tests {
         ] {
             assert!(!is_local_origin(origin), "{origin}");
         }
-    }
-
-    #[test]
-    fn secrets_compare_equal_only_when_identical() {
-        assert!(same_secret(b"s3cret", b"s3cret"));
-        assert!(!same_secret(b"s3cret", b"s3creT"));
-        assert!(!same_secret(b"s3cret", b"s3cre"));
-        assert!(!same_secret(b"", b"x"));
     }
 }

@@ -5,8 +5,9 @@
 //! ([`pool`]) behind a bounded queue, refused with 503 and `Retry-After` beyond it, and share
 //! loaded modules through one LRU ([`calls`]). The transport boundaries are enforced where
 //! they belong: message checks in [`mcp`], the stdio line cap in [`stdio`], body sizes, the
-//! Bearer token and the `Origin` check in [`http`], sessions in [`sse`]. The server binds
-//! loopback unless told otherwise, and refuses to bind anything else without a token. On
+//! Bearer tokens (with their [`roles`]) and the `Origin` check in [`http`], sessions in
+//! [`sse`]. The server binds loopback unless told otherwise, and refuses to bind anything else
+//! without tokens. On
 //! SIGTERM or SIGINT (and at end of input in stdio mode) it stops taking work, finishes the
 //! calls it accepted within the drain time, and returns.
 //!
@@ -21,6 +22,7 @@ pub mod http;
 pub mod mcp;
 pub mod metrics;
 pub mod pool;
+pub mod roles;
 pub mod sse;
 pub mod stdio;
 
@@ -46,8 +48,9 @@ use sse::Sessions;
 pub struct ServeConfig {
     pub store: PathBuf,
     pub listen: SocketAddr,
-    /// The exact Bearer token every request but `/healthz` must carry, if any.
-    pub token: Option<String>,
+    /// The tokens requests must carry (every route but `/healthz`), with their roles; none:
+    /// every route open.
+    pub tokens: roles::Tokens,
     /// Origins allowed beside loopback ones (`*`: any).
     pub allowed_origins: Vec<String>,
     pub policy: Option<PathBuf>,
@@ -89,7 +92,7 @@ impl ServeConfig {
         Self {
             store,
             listen: SocketAddr::from(([127, 0, 0, 1], 7340)),
-            token: None,
+            tokens: roles::Tokens::none(),
             allowed_origins: Vec::new(),
             policy: None,
             engine: EngineConfig::DEFAULT,
@@ -113,8 +116,9 @@ impl ServeConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error(
-        "refusing to listen on {0}, which is not a loopback address, without a token \
-         (give --token or HAKO_TOKEN)"
+        "refusing to listen on {0}, which is not a loopback address, without tokens \
+         (give --token or HAKO_TOKEN for agents, --admin-token or HAKO_ADMIN_TOKEN, or --tokens \
+         FILE)"
     )]
     NeedsToken(SocketAddr),
     #[error("listening on {addr}: {source}")]
@@ -248,7 +252,7 @@ async fn drain_pool(calls: &Arc<Calls>, drain: Duration) {
 /// Serves HTTP until SIGTERM or SIGINT. `ready` is told the bound address (the port may have
 /// been 0).
 pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
-    if !config.listen.ip().is_loopback() && config.token.is_none() {
+    if !config.listen.ip().is_loopback() && config.tokens.is_empty() {
         return Err(ServeError::NeedsToken(config.listen));
     }
     let calls = calls(&config)?;

@@ -26,6 +26,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::http::{self, problem, Body};
 use super::mcp::{self, Dispatch};
+use super::roles::Caller;
 use super::Server;
 
 /// The most sessions open at once.
@@ -210,10 +211,19 @@ pub fn open(server: &Arc<Server>, name: &str) -> Response<Body> {
 }
 
 /// `POST /message?sessionId=…`: one message for a session, answered on its stream.
-pub async fn post(server: &Arc<Server>, id: &str, request: Request<Incoming>) -> Response<Body> {
+pub async fn post(
+    server: &Arc<Server>,
+    caller: Caller<'_>,
+    id: &str,
+    request: Request<Incoming>,
+) -> Response<Body> {
     let Some(session) = server.sessions.get(id) else {
         return problem(StatusCode::NOT_FOUND, "no such session (it may have ended)");
     };
+    // A session's id is no credential: the token must cover the session's package too.
+    if let Some(response) = http::out_of_scope(caller, &session.package) {
+        return response;
+    }
     let body = match http::read_body(
         request,
         server.config.max_body_bytes,

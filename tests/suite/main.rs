@@ -24,5 +24,6 @@ mod sandbox_rules;
 mod serve_api;
 mod serve_mcp;
 mod serve_mcp_clients;
+mod serve_roles;
 mod serve_stdio;
 mod upload;

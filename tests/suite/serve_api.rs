@@ -491,10 +491,10 @@ fn a_configured_token_is_required_exactly_except_for_health() {
 fn the_token_may_come_from_the_environment() {
     let store = serve_support::store();
     let server = Server::start_with(store.path(), &[], &[("HAKO_TOKEN", "from-env")]);
-    assert_eq!(server.get("/metrics").status, 401);
+    assert_eq!(server.get("/v1/packages").status, 401);
     let right = server.request(
         "GET",
-        "/metrics",
+        "/v1/packages",
         &[("authorization", "Bearer from-env")],
         b"",
     );
@@ -535,11 +535,12 @@ fn a_public_address_without_a_token_is_refused_before_binding() {
         .args(["serve", "--listen", "0.0.0.0:0", "--store"])
         .arg(store.path())
         .env_remove("HAKO_TOKEN")
+        .env_remove("HAKO_ADMIN_TOKEN")
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("without a token"), "{stderr}");
+    assert!(stderr.contains("without tokens"), "{stderr}");
     assert!(output.stdout.is_empty());
 }
 

@@ -107,6 +107,7 @@ impl Server {
             .arg(store)
             .args(args)
             .env_remove("HAKO_TOKEN")
+            .env_remove("HAKO_ADMIN_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log);
@@ -322,12 +323,22 @@ pub enum Sse {
 impl EventStream {
     /// `GET path` with `Accept: text/event-stream`.
     pub fn open(addr: SocketAddr, path: &str) -> EventStream {
+        EventStream::open_with(addr, path, &[])
+    }
+
+    /// [`EventStream::open`] with more headers.
+    pub fn open_with(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> EventStream {
         let mut stream = TcpStream::connect(addr).expect("the server accepts");
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
             .expect("a read timeout");
-        let head =
-            format!("GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\naccept: text/event-stream\r\n\r\n");
+        let extra: String = headers
+            .iter()
+            .map(|(name, value)| format!("{name}: {value}\r\n"))
+            .collect();
+        let head = format!(
+            "GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\naccept: text/event-stream\r\n{extra}\r\n"
+        );
         stream
             .write_all(head.as_bytes())
             .expect("the request is sent");
