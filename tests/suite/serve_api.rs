@@ -271,13 +271,15 @@ fn the_operator_api_shows_a_result_exactly_as_mcp_does() {
 #[test]
 fn slow_bodies_get_408_and_never_stall_other_clients() {
     use std::io::{BufReader, Write};
-    // 200 clients that send their headers and a part of their body, then nothing more. Before
-    // the body deadline they held their connections for as long as they liked.
+    // 1,000 clients that send their headers and a part of their body, then nothing more.
+    // Before the body deadline they held their connections for as long as they liked.
+    const SLOW: usize = 1000;
+    serve_support::raise_descriptor_limit(SLOW as u64 + 256);
     let store = serve_support::store();
-    let server = Server::start(store.path(), &["--body-timeout-ms", "500"]);
+    let server = Server::start(store.path(), &["--body-timeout-ms", "5000"]);
     let body = br#"{"tool":"greet","arguments":{"name":"slow"}}"#;
     let mut slow = Vec::new();
-    for _ in 0..200 {
+    for _ in 0..SLOW {
         let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
         let head = format!(
             "POST /v1/packages/greet/call HTTP/1.1\r\nHost: x\r\nContent-Type: \
@@ -288,12 +290,17 @@ fn slow_bodies_get_408_and_never_stall_other_clients() {
         stream.write_all(&body[..10]).unwrap();
         slow.push(stream);
     }
-    // A normal client is answered while they wait.
+    // A normal client is answered while they wait (they have seconds left of their 5).
+    let asked = std::time::Instant::now();
     let normal = server.post_json(
         "/v1/packages/greet/call",
         &json!({"tool": "greet", "arguments": {"name": "x"}}),
     );
     assert_eq!(normal.status, 200, "{}", normal.text());
+    eprintln!(
+        "answered beside {SLOW} slow clients in {:?}",
+        asked.elapsed()
+    );
     for stream in slow {
         stream
             .set_read_timeout(Some(std::time::Duration::from_secs(20)))

@@ -48,6 +48,23 @@ pub fn staged(store: &Path) -> Vec<String> {
     found
 }
 
+/// Raises this process's soft limit on open descriptors to at least `at_least` (within its
+/// hard limit), for tests that hold many connections.
+pub fn raise_descriptor_limit(at_least: u64) {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    let wanted = limit.maximum.map_or(at_least, |hard| hard.min(at_least));
+    if limit.current.is_some_and(|soft| soft < wanted) {
+        limit.current = Some(wanted);
+        setrlimit(Resource::Nofile, limit).expect("the soft descriptor limit can be raised");
+    }
+    let soft = getrlimit(Resource::Nofile).current;
+    assert!(
+        soft.is_none_or(|soft| soft >= at_least),
+        "this test needs {at_least} descriptors; the hard limit allows {soft:?}"
+    );
+}
+
 /// Runs `hako upload DIR --store STORE` and panics with its stderr if it fails.
 pub fn upload(store: &Path, package: &Path) {
     let output = hako()
