@@ -118,7 +118,33 @@ impl Server {
         env: &[(&str, &str)],
         log: impl Into<Stdio>,
     ) -> Server {
-        let mut command = hako();
+        Server::launch(hako(), store, args, env, log)
+    }
+
+    /// Like [`Server::start_logging`], with at most `descriptors` open descriptors (its soft
+    /// and hard limits, set by util-linux's `prlimit`).
+    pub fn start_limited(
+        store: &Path,
+        args: &[&str],
+        descriptors: u64,
+        log: impl Into<Stdio>,
+    ) -> Server {
+        let mut command = Command::new("prlimit");
+        command
+            .arg(format!("--nofile={descriptors}:{descriptors}"))
+            .arg("--")
+            .args(support::hako_argv());
+        Server::launch(command, store, args, &[], log)
+    }
+
+    /// Runs `command` (which starts `hako`) with `serve` and its arguments.
+    fn launch(
+        mut command: Command,
+        store: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        log: impl Into<Stdio>,
+    ) -> Server {
         command
             .args(["serve", "--listen", "127.0.0.1:0", "--store"])
             .arg(store)
