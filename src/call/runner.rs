@@ -5,7 +5,7 @@
 //! It does not pick or load the module (that is `store`), nor render what the model is shown.
 
 use std::any::Any;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -57,8 +57,12 @@ impl Default for Limits {
 pub enum VolumeTmp {
     /// No volume at all (discovery).
     None,
-    /// A fresh, empty folder made on first use and removed after the call.
+    /// A fresh, empty folder made on first use (in the system's temporary folder) and removed
+    /// after the call.
     Fresh,
+    /// The same, made below this folder (a store's staging folder, so that what a killed
+    /// server leaves is swept).
+    FreshIn(PathBuf),
     /// A folder the caller gives, kept after the call.
     Given(PathBuf),
 }
@@ -171,7 +175,7 @@ fn lazy_volume(root: &VolumeRoot) -> PreopenDir {
 /// Where a fresh `/volume/tmp` will be made: a name in the system's temporary folder made of a
 /// random part drawn once per process and a counter (most calls never make their volume, so
 /// they should not pay for fresh randomness).
-fn fresh_volume_path() -> PathBuf {
+fn fresh_volume_path(base: &Path) -> PathBuf {
     static PREFIX: OnceLock<String> = OnceLock::new();
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let prefix = PREFIX.get_or_init(|| {
@@ -187,7 +191,7 @@ fn fresh_volume_path() -> PathBuf {
         format!("hako-volume-{}-{}", std::process::id(), hex::encode(bytes))
     });
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    std::env::temp_dir().join(format!("{prefix}-{n}"))
+    base.join(format!("{prefix}-{n}"))
 }
 
 /// What a call's mounts leave on the host: the preopens in the ABI's order, the volume
@@ -199,7 +203,8 @@ fn preopens(mounts: &Mounts) -> Result<Prepared, RunError> {
     let mut volume = VolumeDirs::none();
     volume.tmp = match &mounts.volume_tmp {
         VolumeTmp::None => None,
-        VolumeTmp::Fresh => Some(VolumeRoot::fresh(fresh_volume_path())),
+        VolumeTmp::Fresh => Some(VolumeRoot::fresh(fresh_volume_path(&std::env::temp_dir()))),
+        VolumeTmp::FreshIn(base) => Some(VolumeRoot::fresh(fresh_volume_path(base))),
         VolumeTmp::Given(path) => Some(VolumeRoot::existing(path.clone())),
     };
     volume.data = mounts.data.clone().map(VolumeRoot::existing);

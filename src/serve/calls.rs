@@ -8,12 +8,13 @@
 //! what it answers into their own replies.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::metrics::Metrics;
 use super::pool::{GuestPool, Rejected};
-use crate::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest};
+use crate::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
 use crate::engines::EngineConfig;
 use crate::http::{Broker, BrokerError, HyperBroker, PackagePolicy, Policy, PolicyError};
 use crate::package::manifest::is_valid_name;
@@ -70,6 +71,8 @@ pub struct Calls {
     modules: ModuleCache,
     pool: GuestPool,
     broker: Arc<dyn Broker>,
+    /// Where calls' `/volume/tmp` folders are made (`None`: the system's temporary folder).
+    volumes: Option<PathBuf>,
     /// The most a caller may ask for.
     pub caps: LimitCaps,
     pub metrics: Metrics,
@@ -85,7 +88,11 @@ impl Calls {
         broker: Arc<dyn Broker>,
         caps: LimitCaps,
     ) -> Self {
+        // A call's `/volume/tmp` is made in the store's staging folder, where the server has
+        // its lease already (taken at start).
+        let volumes = store.staging().ok();
         Self {
+            volumes,
             store,
             policy,
             engine,
@@ -223,7 +230,13 @@ impl Calls {
             tool,
             arguments,
             limits,
-            mounts: Mounts::fresh(package.stored.assets()),
+            mounts: Mounts {
+                volume_tmp: self
+                    .volumes
+                    .clone()
+                    .map_or(VolumeTmp::Fresh, VolumeTmp::FreshIn),
+                ..Mounts::fresh(package.stored.assets())
+            },
             network: Network {
                 policy: Arc::clone(&package.policy),
                 broker: Arc::clone(&self.broker),

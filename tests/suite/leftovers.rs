@@ -167,3 +167,38 @@ fn a_killed_server_leaves_its_upload_in_staging_and_the_next_server_sweeps_it() 
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[test]
+fn a_killed_servers_call_volumes_are_in_staging_and_swept_too() {
+    // A call's `/volume/tmp` (up to its write budget, 1 GiB by default) was made in $TMPDIR,
+    // where a killed server left it.
+    let store = serve_support::store();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with(store.path(), &[], &[("TMPDIR", support::arg(tmp.path()))]);
+    let addr = server.addr;
+    let call = std::thread::spawn(move || {
+        let body = serde_json::json!({"tool": "write_file", "arguments": {
+            "path": "/volume/tmp/big", "bytes": 1u64 << 30, "chunk": 4096}});
+        // The answer never comes: the server is killed first.
+        serve_support::request(
+            addr,
+            "POST",
+            "/v1/packages/fixture/call",
+            &[("content-type", "application/json")],
+            body.to_string().as_bytes(),
+        )
+    });
+    server.wait_until("the call writes its volume", |_| {
+        serve_support::staged(store.path())
+            .iter()
+            .any(|path| path.ends_with("/big"))
+    });
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    drop(server);
+    let _ = call.join();
+    assert_eq!(entries(tmp.path()), Vec::<String>::new(), "$TMPDIR");
+    assert!(!serve_support::staged(store.path()).is_empty());
+    let _next = Server::start(store.path(), &[]);
+    assert_eq!(serve_support::staged(store.path()), Vec::<String>::new());
+}
