@@ -79,66 +79,20 @@ fn every_route_answers_each_role_as_it_may() {
 
     // Each route, and its status for each caller of CALLERS, in order.
     type Route<'a> = (&'a str, &'a str, &'a str, &'a [u8], [u16; 6]);
+    let json = "application/json";
+    #[rustfmt::skip]
     let routes: [Route; 11] = [
         ("GET", "/healthz", "", b"", [200, 200, 200, 200, 200, 200]),
         ("GET", "/metrics", "", b"", [401, 401, 403, 403, 200, 403]),
-        (
-            "POST",
-            "/v1/packages",
-            "",
-            &archive,
-            [401, 401, 403, 403, 200, 403],
-        ),
-        (
-            "GET",
-            "/v1/packages",
-            "",
-            b"",
-            [401, 401, 200, 200, 200, 200],
-        ),
-        (
-            "GET",
-            "/v1/packages/greet",
-            "",
-            b"",
-            [401, 401, 200, 403, 200, 200],
-        ),
+        ("POST", "/v1/packages", "", &archive, [401, 401, 403, 403, 200, 403]),
+        ("GET", "/v1/packages", "", b"", [401, 401, 200, 200, 200, 200]),
+        ("GET", "/v1/packages/greet", "", b"", [401, 401, 200, 403, 200, 200]),
         // Scopes come first: an agent cannot tell a package it may not use from none.
-        (
-            "GET",
-            "/v1/packages/nothing",
-            "",
-            b"",
-            [401, 401, 403, 403, 404, 404],
-        ),
-        (
-            "POST",
-            "/v1/packages/greet/call",
-            "application/json",
-            call.as_bytes(),
-            [401, 401, 200, 403, 200, 200],
-        ),
-        (
-            "POST",
-            "/mcp/greet",
-            "application/json",
-            ping.as_bytes(),
-            [401, 401, 200, 403, 200, 200],
-        ),
-        (
-            "POST",
-            "/message/greet",
-            "application/json",
-            ping.as_bytes(),
-            [401, 401, 200, 403, 200, 200],
-        ),
-        (
-            "POST",
-            &endpoint,
-            "application/json",
-            ping.as_bytes(),
-            [401, 401, 202, 403, 202, 202],
-        ),
+        ("GET", "/v1/packages/nothing", "", b"", [401, 401, 403, 403, 404, 404]),
+        ("POST", "/v1/packages/greet/call", json, call.as_bytes(), [401, 401, 200, 403, 200, 200]),
+        ("POST", "/mcp/greet", json, ping.as_bytes(), [401, 401, 200, 403, 200, 200]),
+        ("POST", "/message/greet", json, ping.as_bytes(), [401, 401, 200, 403, 200, 200]),
+        ("POST", &endpoint, json, ping.as_bytes(), [401, 401, 202, 403, 202, 202]),
         ("SSE", "/sse/greet", "", b"", [401, 401, 200, 403, 200, 200]),
     ];
     let mut wrong = Vec::new();
