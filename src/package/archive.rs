@@ -3,7 +3,8 @@
 //! Archives come from uploads, so they are treated as hostile. An archive is refused when any
 //! entry:
 //!
-//! - has an absolute path, or a `..` component (rule `archive.unsafe_path`);
+//! - has an absolute path, a `..` component, or a NUL byte, which no file name can hold (rule
+//!   `archive.unsafe_path`);
 //! - is anything but a regular file or a folder: symbolic links, hard links, devices, fifos and
 //!   sparse files are refused (rule `archive.entry_type`), so nothing extracted can point
 //!   elsewhere;
@@ -165,6 +166,15 @@ fn unpack(reader: impl Read, dest: &Path, problems: &mut Vec<Problem>) -> Result
         let shown = crate::clip(&String::from_utf8_lossy(&raw_path), 100);
         if let Some(problem) = path_length_problem(&raw_path, &shown) {
             problems.push(problem);
+            continue;
+        }
+        // A long name or a PAX path may hold a NUL, which no file name can: refused by rule
+        // here, since creating the file would fail as if the disk had.
+        if raw_path.contains(&0) {
+            problems.push(Problem::new(
+                "archive.unsafe_path",
+                format!("the entry {shown:?} has a NUL byte in its path"),
+            ));
             continue;
         }
         let raw_path = PathBuf::from(std::ffi::OsString::from_vec(raw_path));
@@ -570,6 +580,25 @@ mod tests {
         let dest = TempDir::new().unwrap();
         extract(&path, dest.path()).unwrap();
         assert_eq!(fs::read(dest.path().join(&within)).unwrap(), b"deep");
+    }
+
+    #[test]
+    fn a_nul_byte_in_a_long_name_or_a_pax_path_is_refused_by_rule() {
+        let (_keep, path) = built(|builder| {
+            let mut header = tar::Header::new_gnu();
+            header.set_path("././@LongLink").unwrap();
+            header.set_entry_type(EntryType::GNULongName);
+            header.set_size(4);
+            header.set_cksum();
+            builder.append(&header, &b"a\0b\0"[..]).unwrap();
+            file(builder, "x", b"x");
+            pax(builder, &["path=c\0d"]);
+            file(builder, "y", b"y");
+        });
+        assert_eq!(
+            refused_rules(&path),
+            ["archive.unsafe_path", "archive.unsafe_path"]
+        );
     }
 
     #[test]

@@ -96,7 +96,8 @@ fn name(fields: &Map<String, Value>, problems: &mut Vec<Problem>) -> Option<Stri
         Some(Value::String(name)) => problems.push(Problem::new(
             "manifest.name",
             format!(
-                "name {name:?} must be 1 to 64 characters of a-z, 0-9, _ and -, starting with a letter or digit"
+                "name {:?} must be 1 to 64 characters of a-z, 0-9, _ and -, starting with a letter or digit",
+                crate::clip(name, 80)
             ),
         )),
         Some(_) => problems.push(Problem::new("manifest.name", "name must be a string")),
@@ -132,7 +133,10 @@ fn abi(fields: &Map<String, Value>, problems: &mut Vec<Problem>) {
         Some(Value::Number(number)) if number.as_u64() == Some(1) => {}
         Some(other) => problems.push(Problem::new(
             "manifest.abi",
-            format!("abi is {other}; it must be the number 1 (this host speaks ABI 1 only)"),
+            format!(
+                "abi is {}; it must be the number 1 (this host speaks ABI 1 only)",
+                crate::clip(&other.to_string(), 80)
+            ),
         )),
     }
 }
@@ -261,6 +265,21 @@ mod tests {
                 "manifest.description"
             ]
         );
+    }
+
+    #[test]
+    fn a_refusal_quotes_a_long_name_or_abi_clipped() {
+        let manifest = serde_json::json!({
+            "name": "N".repeat(60_000),
+            "version": "1",
+            "abi": ["x".repeat(60_000)],
+        });
+        let problems = parse(manifest.to_string().as_bytes()).unwrap_err();
+        assert_eq!(problems.len(), 2);
+        for problem in problems {
+            assert!(problem.message.len() < 300, "{}", problem.message);
+            assert!(problem.message.contains('…'), "{}", problem.message);
+        }
     }
 
     #[test]

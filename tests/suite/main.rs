@@ -17,6 +17,7 @@ mod check;
 mod cli;
 mod content;
 mod deadlines;
+mod fuzzing;
 mod guests_build;
 mod http_abi;
 mod leftovers;
