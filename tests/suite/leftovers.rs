@@ -2,7 +2,6 @@
 //! staging folder, never beside the store's own files or in the system's temporary folder,
 //! and the next `hako upload` or `hako serve` on the store sweeps it.
 
-use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -125,16 +124,7 @@ fn a_killed_server_leaves_its_upload_in_staging_and_the_next_server_sweeps_it() 
     let store = tempfile::tempdir().unwrap();
     let archive = support::archive_of(&support::greet_package_dir());
     let mut server = Server::start(store.path(), &[]);
-    let mut upload = std::net::TcpStream::connect(server.addr).unwrap();
-    let head = format!(
-        "POST /v1/packages HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
-        archive.len()
-    );
-    upload.write_all(head.as_bytes()).unwrap();
-    upload.write_all(&archive[..archive.len() / 2]).unwrap();
-    server.wait_until("half the body is in the staging folder", |_| {
-        serve_support::staged(store.path()).len() == 1
-    });
+    let _upload = serve_support::half_upload(&server, store.path(), &archive);
     server.child.kill().unwrap();
     server.child.wait().unwrap();
     drop(server);

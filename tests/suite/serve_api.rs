@@ -361,21 +361,14 @@ fn uploads_in_flight_are_bounded_and_streamed_to_the_stores_staging_folder() {
         ],
     );
     // One upload sends half its body and waits: it holds its share of the budget.
-    let mut first = std::net::TcpStream::connect(server.addr).unwrap();
-    let head = format!(
-        "POST /v1/packages HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
-        archive.len()
-    );
-    first.write_all(head.as_bytes()).unwrap();
-    first.write_all(&archive[..archive.len() / 2]).unwrap();
     // The half already received is on disk in the store's staging folder, not in memory.
-    server.wait_until("the body is in the staging folder", |_| {
-        serve_support::staged(store.path()).len() == 1
-    });
+    let first = serve_support::half_upload(&server, store.path(), &archive);
     // A second one does not fit beside it: it is refused on its declared length, before its
     // body is read (so it sends none: the server may close while a body is still coming).
     let mut second = std::net::TcpStream::connect(server.addr).unwrap();
-    second.write_all(head.as_bytes()).unwrap();
+    second
+        .write_all(serve_support::upload_head(archive.len()).as_bytes())
+        .unwrap();
     let mut second = BufReader::new(second);
     let (status, headers) = serve_support::read_head(&mut second);
     assert_eq!(status, 503);

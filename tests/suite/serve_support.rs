@@ -65,6 +65,27 @@ pub fn raise_descriptor_limit(at_least: u64) {
     );
 }
 
+/// The head of `POST /v1/packages` declaring a body of `length` bytes.
+pub fn upload_head(length: usize) -> String {
+    format!("POST /v1/packages HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n")
+}
+
+/// Starts uploading `archive` to `server` and sends half of it, then waits until the body is
+/// in the store's staging folder; the connection is left open with the rest unsent.
+pub fn half_upload(server: &Server, store: &Path, archive: &[u8]) -> TcpStream {
+    let mut upload = TcpStream::connect(server.addr).expect("the server accepts");
+    upload
+        .write_all(upload_head(archive.len()).as_bytes())
+        .expect("the head is sent");
+    upload
+        .write_all(&archive[..archive.len() / 2])
+        .expect("half the body is sent");
+    server.wait_until("the body is in the staging folder", |_| {
+        staged(store).len() == 1
+    });
+    upload
+}
+
 /// Runs `hako upload DIR --store STORE` and panics with its stderr if it fails.
 pub fn upload(store: &Path, package: &Path) {
     let output = hako()
