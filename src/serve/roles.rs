@@ -32,6 +32,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use crate::http::SecretSource;
+use crate::package::manifest::MAX_NAME_CHARS;
 
 /// What a token may use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -258,7 +259,7 @@ impl Tokens {
 
 fn is_pattern(pattern: &str) -> bool {
     !pattern.is_empty()
-        && pattern.len() <= 64
+        && pattern.len() <= MAX_NAME_CHARS
         && pattern
             .bytes()
             .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'*'))
