@@ -8,7 +8,6 @@
 //! what it answers into their own replies.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -71,8 +70,8 @@ pub struct Calls {
     modules: ModuleCache,
     pool: GuestPool,
     broker: Arc<dyn Broker>,
-    /// Where calls' `/volume/tmp` folders are made (`None`: the system's temporary folder).
-    volumes: Option<PathBuf>,
+    /// Where each call's `/volume/tmp` is made.
+    volume_tmp: VolumeTmp,
     /// The most a caller may ask for.
     pub caps: LimitCaps,
     pub metrics: Metrics,
@@ -90,9 +89,9 @@ impl Calls {
     ) -> Self {
         // A call's `/volume/tmp` is made in the store's staging folder, where the server has
         // its lease already (taken at start).
-        let volumes = store.staging().ok();
+        let volume_tmp = store.staging().map_or(VolumeTmp::Fresh, VolumeTmp::FreshIn);
         Self {
-            volumes,
+            volume_tmp,
             store,
             policy,
             engine,
@@ -231,10 +230,7 @@ impl Calls {
             arguments,
             limits,
             mounts: Mounts {
-                volume_tmp: self
-                    .volumes
-                    .clone()
-                    .map_or(VolumeTmp::Fresh, VolumeTmp::FreshIn),
+                volume_tmp: self.volume_tmp.clone(),
                 ..Mounts::fresh(package.stored.assets())
             },
             network: Network {
