@@ -1,0 +1,50 @@
+#!/bin/sh
+# Builds the bench corpus reproducibly: every package's module.wasm (and the png package's
+# assets/input.png) from the sources under guests/, the same bytes for the same sources,
+# Cargo.lock and Rust toolchain, on any machine and in any checkout folder. What it builds is
+# not committed; `hako bench --suite benches/packages` runs it.
+#
+#   benches/packages/build.sh
+#
+# greet is examples/greet (a symbolic link), built and committed there.
+# Needs the wasm32-wasip1 target: rustup target add wasm32-wasip1
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here"
+
+if [ ! -d "$(rustc --print sysroot)/lib/rustlib/wasm32-wasip1" ]; then
+    echo "build.sh: the wasm32-wasip1 target is not installed; run: rustup target add wasm32-wasip1" >&2
+    exit 1
+fi
+
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+# Paths of the checkout and of the registry sources end up in panic locations; remap them to
+# fixed names so the folder does not matter. Everything else is pinned in Cargo.toml's release
+# profile.
+RUSTFLAGS="--remap-path-prefix=$here=/corpus --remap-path-prefix=$cargo_home=/cargo"
+export RUSTFLAGS
+export CARGO_TARGET_DIR="$here/target"
+export SOURCE_DATE_EPOCH=0
+unset CARGO_BUILD_RUSTFLAGS CARGO_ENCODED_RUSTFLAGS CARGO_BUILD_TARGET
+
+# Each package folder and the guest binary that is its module.
+packages="data-1m:data-1m data-8m:data-8m text:text png:png-thumbnail"
+
+set --
+for entry in $packages; do
+    set -- "$@" -p "${entry#*:}"
+done
+cargo build --release --locked --target wasm32-wasip1 "$@"
+
+for entry in $packages; do
+    folder=${entry%%:*}
+    cp "$CARGO_TARGET_DIR/wasm32-wasip1/release/${entry#*:}.wasm" "$folder/module.wasm"
+    echo "wrote $folder/module.wasm ($(wc -c <"$folder/module.wasm") bytes)"
+done
+
+# The png package's input image, written by a native program of the workspace.
+mkdir -p png/assets
+cargo run --release --locked --quiet -p png-input -- png/assets/input.png
+echo "wrote png/assets/input.png ($(wc -c <png/assets/input.png) bytes)"
+echo "built with $(rustc --version)"
