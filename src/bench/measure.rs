@@ -3,11 +3,13 @@
 //! first subject's; then rounds, each running one batch of every subject in turn (the order
 //! rotated every round), a batch being artifact loads, calls with the module in memory, calls
 //! loading the artifact first, and calls from several threads at once, with the peak RSS read
-//! around it. A crashed call or an answer unlike the reference stops a subject's timing and is
-//! reported; it is never timed as if it had answered.
+//! around it and the PSS sampled while the threads run. A crashed call or an answer unlike
+//! the reference stops a subject's timing and is reported; it is never timed as if it had
+//! answered.
 //!
 //! It does not print (progress goes through a callback) and does not shape output (`report`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -51,6 +53,8 @@ pub struct Measured {
     pub engine: String,
     pub versions: Vec<(String, String)>,
     pub is_wasmtime: bool,
+    /// One of hako's own wasmer configurations (not the wasmer-wasix baseline).
+    pub is_wasmer: bool,
     pub notes: Vec<String>,
     pub compile_ms: Option<f64>,
     pub artifact_bytes: Option<u64>,
@@ -59,6 +63,7 @@ pub struct Measured {
     pub call_from_disk_us: Option<Percentiles>,
     pub calls_per_s: Option<f64>,
     pub peak_rss_bytes: Option<u64>,
+    pub peak_pss_bytes: Option<u64>,
     /// The samples behind each latency.
     pub samples: usize,
     /// Why the subject's figures are missing or cut short: a crash, another answer.
@@ -72,6 +77,8 @@ pub struct RunResults {
     pub reference: Option<serde_json::Value>,
     /// How peak RSS was measured.
     pub rss_method: &'static str,
+    /// How peak PSS was measured.
+    pub pss_method: &'static str,
 }
 
 struct State {
@@ -85,6 +92,7 @@ struct State {
     threaded_calls: u64,
     threaded_time: Duration,
     peak_rss: Option<u64>,
+    peak_pss: Option<u64>,
     failure: Option<String>,
 }
 
@@ -142,6 +150,7 @@ pub fn run(
             threaded_calls: 0,
             threaded_time: Duration::ZERO,
             peak_rss: None,
+            peak_pss: None,
             failure: None,
         })
         .collect();
@@ -198,6 +207,7 @@ pub fn run(
         } else {
             stats::RSS_METHOD_NO_RESET
         },
+        pss_method: stats::PSS_METHOD,
     }
 }
 
@@ -288,16 +298,30 @@ fn run_batch(
         threads,
         reference,
     ) {
-        Ok((calls, elapsed)) => {
+        Ok(Threaded {
+            calls,
+            elapsed,
+            peak_pss,
+        }) => {
             state.threaded_calls += calls;
             state.threaded_time += elapsed;
+            state.peak_pss = state.peak_pss.max(peak_pss);
         }
         Err(err) => state.fail("a call from several threads", err),
     }
 }
 
-/// `threads` threads each making `calls` calls with the module in memory, started together.
-/// Returns the calls made and the wall time they took.
+/// What a batch of calls from several threads at once did.
+struct Threaded {
+    calls: u64,
+    /// The wall time from the start of the calls to the end of the last.
+    elapsed: Duration,
+    /// The process's largest PSS sampled meanwhile.
+    peak_pss: Option<u64>,
+}
+
+/// `threads` threads each making `calls` calls with the module in memory, started together,
+/// while another thread samples the process's PSS.
 fn threaded(
     subject: &Subject,
     ready: &Ready,
@@ -305,9 +329,19 @@ fn threaded(
     calls: usize,
     threads: usize,
     reference: &Option<CallResult>,
-) -> Result<(u64, Duration), String> {
-    let barrier = Arc::new(Barrier::new(threads + 1));
+) -> Result<Threaded, String> {
+    // The callers, the sampler and this thread start together.
+    let barrier = Arc::new(Barrier::new(threads + 2));
+    let stop_sampling = AtomicBool::new(false);
     std::thread::scope(|scope| {
+        let sampler = {
+            let barrier = Arc::clone(&barrier);
+            let stop = &stop_sampling;
+            scope.spawn(move || {
+                barrier.wait();
+                stats::peak_pss_until(stop)
+            })
+        };
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 let barrier = Arc::clone(&barrier);
@@ -335,7 +369,14 @@ fn threaded(
             outcome = outcome.and(joined);
         }
         let elapsed = started.elapsed();
-        outcome.map(|()| ((calls * threads) as u64, elapsed))
+        stop_sampling.store(true, Ordering::Release);
+        sampler.thread().unpark();
+        let peak_pss = sampler.join().unwrap_or(None);
+        outcome.map(|()| Threaded {
+            calls: (calls * threads) as u64,
+            elapsed,
+            peak_pss,
+        })
     })
 }
 
@@ -346,6 +387,7 @@ fn finish(state: State) -> Measured {
         engine: state.subject.name().to_string(),
         versions: state.subject.versions(),
         is_wasmtime: state.subject.is_wasmtime(),
+        is_wasmer: state.subject.is_wasmer(),
         notes: state.subject.notes.clone(),
         compile_ms: stats::median(&state.compile_ms).map(stats::round_3),
         artifact_bytes: state.artifact_bytes,
@@ -354,6 +396,7 @@ fn finish(state: State) -> Measured {
         call_from_disk_us: state.from_disk.percentiles(),
         calls_per_s,
         peak_rss_bytes: state.peak_rss,
+        peak_pss_bytes: state.peak_pss,
         samples: state.in_memory.len(),
         failure: state.failure,
     }

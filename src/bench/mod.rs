@@ -1,13 +1,16 @@
-//! `hako bench`: engines side by side on one package and tool, in one process.
+//! `hako bench`: engines side by side on one package and tool, in one process; or, for a
+//! suite, on each package of a folder in turn.
 //!
-//! The data's way: [`subject`] turns engine names into things that compile, store, load and
-//! call (hako's own engine configurations and the comparison baselines); [`measure`] runs them
-//! interleaved, after a warm-up, checking every answer against the first engine's; [`stats`]
-//! holds the samples and percentiles; [`machine`] says where and with what it ran; [`report`]
-//! shapes the table and the JSON; [`plot`] draws the SVG.
+//! The data's way: [`suite`] lists a suite's package folders and what to run on each;
+//! [`subject`] turns engine names into things that compile, store, load and call (hako's own
+//! engine configurations and the comparison baselines); [`measure`] runs them interleaved,
+//! after a warm-up, checking every answer against the first engine's; [`stats`] holds the
+//! samples, percentiles and memory figures; [`machine`] says where and with what it ran;
+//! [`report`] shapes the table and the JSON, of one package or of a suite; [`plot`] draws the
+//! SVG.
 //!
-//! It does not find packages or tools, parse the command line or print: `cli::bench` does.
-//! Nothing here names an engine type.
+//! It does not load packages or discover their tools, parse the command line or print:
+//! `cli::bench` does. Nothing here names an engine type.
 
 pub mod machine;
 pub mod measure;
@@ -15,9 +18,10 @@ pub mod plot;
 pub mod report;
 pub mod stats;
 pub mod subject;
+pub mod suite;
 
 pub use measure::RunShape;
-pub use report::Report;
+pub use report::{Report, SuiteReport};
 pub use subject::{available, refusal, Workload};
 
 use crate::store::Store;

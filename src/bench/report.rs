@@ -1,16 +1,22 @@
 //! The report of a `hako bench` run: the JSON object DESIGN.md specifies (with a few extra
 //! keys: the run's shape, the reference answer, ratios, failures) and the table an operator
 //! reads, with each engine's call latencies as ratios to the fastest wasmtime configuration of
-//! the run. It measures nothing and writes nowhere; the CLI prints what it shapes.
+//! the run; and the report of a suite, one such run per package, in one table and one JSON
+//! document with each package's best wasmer over its fastest wasmtime. It measures nothing and
+//! writes nowhere; the CLI prints what it shapes.
+
+mod suite;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
+pub use suite::SuiteReport;
+
 use super::machine::Machine;
 use super::measure::{Measured, RunResults, RunShape};
-use super::stats::Percentiles;
+use super::stats::{self, Percentiles};
 
 /// Everything a run reports.
 pub struct Report {
@@ -21,6 +27,15 @@ pub struct Report {
     pub arguments: Value,
     pub shape: RunShape,
     pub results: RunResults,
+}
+
+/// A package's fastest wasmer configuration against its fastest wasmtime configuration.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct BestWasmer<'a> {
+    /// The wasmer configuration's median latency over the wasmtime configuration's.
+    pub ratio: f64,
+    pub wasmer: &'a str,
+    pub wasmtime: &'a str,
 }
 
 /// Which latency a ratio is of.
@@ -61,33 +76,55 @@ impl Report {
         latency.of(measured).map(|p| p.p50 / reference)
     }
 
+    /// The fastest of hako's wasmer configurations over the fastest wasmtime configuration, by
+    /// median latency: the figure a suite reports per package.
+    pub fn best_wasmer(&self, latency: Latency) -> Option<BestWasmer<'_>> {
+        let (reference, wasmtime) = self.reference(latency)?;
+        let (best, wasmer) = self
+            .results
+            .measured
+            .iter()
+            .filter(|m| m.is_wasmer)
+            .filter_map(|m| latency.of(m).map(|p| (p.p50, m.engine.as_str())))
+            .min_by(|a, b| a.0.total_cmp(&b.0))?;
+        Some(BestWasmer {
+            ratio: stats::round_3(best / reference),
+            wasmer,
+            wasmtime,
+        })
+    }
+
+    /// One engine's object of the JSON's `results`.
+    fn result_json(&self, m: &Measured) -> Value {
+        json!({
+            "package": self.package,
+            "tool": self.tool,
+            "engine": m.engine,
+            "compile_ms": m.compile_ms,
+            "artifact_bytes": m.artifact_bytes,
+            "load_us": m.load_us,
+            "call_in_memory_us": m.call_in_memory_us,
+            "call_from_disk_us": m.call_from_disk_us,
+            "calls_per_s": m.calls_per_s,
+            "peak_rss_bytes": m.peak_rss_bytes,
+            "peak_pss_bytes": m.peak_pss_bytes,
+            "samples": m.samples,
+            "ratio_to_fastest_wasmtime": {
+                "call_in_memory": self.ratio(m, Latency::InMemory),
+                "call_from_disk": self.ratio(m, Latency::FromDisk),
+            },
+            "notes": m.notes,
+            "failure": m.failure,
+        })
+    }
+
     /// The `--json` object.
     pub fn to_json(&self) -> Value {
         let results: Vec<Value> = self
             .results
             .measured
             .iter()
-            .map(|m| {
-                json!({
-                    "package": self.package,
-                    "tool": self.tool,
-                    "engine": m.engine,
-                    "compile_ms": m.compile_ms,
-                    "artifact_bytes": m.artifact_bytes,
-                    "load_us": m.load_us,
-                    "call_in_memory_us": m.call_in_memory_us,
-                    "call_from_disk_us": m.call_from_disk_us,
-                    "calls_per_s": m.calls_per_s,
-                    "peak_rss_bytes": m.peak_rss_bytes,
-                    "samples": m.samples,
-                    "ratio_to_fastest_wasmtime": {
-                        "call_in_memory": self.ratio(m, Latency::InMemory),
-                        "call_from_disk": self.ratio(m, Latency::FromDisk),
-                    },
-                    "notes": m.notes,
-                    "failure": m.failure,
-                })
-            })
+            .map(|m| self.result_json(m))
             .collect();
         json!({
             "machine": self.machine,
@@ -103,6 +140,7 @@ impl Report {
                 "warmup_calls": self.shape.warmup,
                 "interleaved": true,
                 "peak_rss": self.results.rss_method,
+                "peak_pss": self.results.pss_method,
                 "answer": self.results.reference,
             },
             "results": results,
@@ -155,6 +193,7 @@ impl Report {
             "×wt",
             "calls/s",
             "peak RSS MiB",
+            "peak PSS MiB",
         ];
         let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
         for m in &self.results.measured {
@@ -169,41 +208,14 @@ impl Report {
                 pair(m.call_from_disk_us),
                 ratio(self.ratio(m, Latency::FromDisk)),
                 number(m.calls_per_s, 0),
-                m.peak_rss_bytes.map_or("-".into(), |b| {
-                    format!("{:.1}", b as f64 / (1u64 << 20) as f64)
-                }),
+                mebibytes(m.peak_rss_bytes),
+                mebibytes(m.peak_pss_bytes),
             ]);
         }
-        let widths: Vec<usize> = (0..header.len())
-            .map(|col| {
-                rows.iter()
-                    .map(|row| row[col].chars().count())
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        for (index, row) in rows.iter().enumerate() {
-            let cells: Vec<String> = row
-                .iter()
-                .zip(&widths)
-                .enumerate()
-                .map(|(col, (cell, width))| {
-                    let pad = width - cell.chars().count();
-                    if col == 0 {
-                        format!("{cell}{}", " ".repeat(pad))
-                    } else {
-                        format!("{}{cell}", " ".repeat(pad))
-                    }
-                })
-                .collect();
-            let _ = writeln!(out, "{}", cells.join("  ").trim_end());
-            if index == 0 {
-                let total = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
-                let _ = writeln!(out, "{}", "-".repeat(total));
-            }
-        }
+        out.push_str(&aligned(&rows, &[0]));
         let _ = writeln!(out);
         let _ = writeln!(out, "peak RSS: {}", self.results.rss_method);
+        let _ = writeln!(out, "peak PSS: {}", self.results.pss_method);
         for m in &self.results.measured {
             for note in &m.notes {
                 let _ = writeln!(out, "note: {}: {note}", m.engine);
@@ -214,6 +226,48 @@ impl Report {
         }
         out
     }
+}
+
+/// `rows` (the first a header, underlined) in columns: those in `text_columns` aligned left,
+/// the rest (figures) right.
+fn aligned(rows: &[Vec<String>], text_columns: &[usize]) -> String {
+    let mut out = String::new();
+    let columns = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
+        .map(|col| {
+            rows.iter()
+                .map(|row| row[col].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for (index, row) in rows.iter().enumerate() {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(col, (cell, width))| {
+                let pad = " ".repeat(width - cell.chars().count());
+                if text_columns.contains(&col) {
+                    format!("{cell}{pad}")
+                } else {
+                    format!("{pad}{cell}")
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+        if index == 0 {
+            let total = widths.iter().sum::<usize>() + 2 * widths.len().saturating_sub(1);
+            let _ = writeln!(out, "{}", "-".repeat(total));
+        }
+    }
+    out
+}
+
+fn mebibytes(bytes: Option<u64>) -> String {
+    bytes.map_or("-".into(), |b| {
+        format!("{:.1}", b as f64 / (1u64 << 20) as f64)
+    })
 }
 
 fn number(value: Option<f64>, decimals: usize) -> String {

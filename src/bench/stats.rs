@@ -1,6 +1,8 @@
 //! The statistics of `hako bench`: timing samples, their percentiles (nearest rank), medians,
-//! and the process's peak resident set size. It measures nothing itself and knows no engine.
+//! the process's peak resident set size, and its proportional set size (PSS) sampled on a
+//! thread of its own. It times nothing itself and knows no engine.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -85,6 +87,48 @@ pub fn peak_rss_bytes() -> Option<u64> {
     status_kib(&status, "VmHWM:").map(|kib| kib * 1024)
 }
 
+/// How peak PSS is measured, said in the report.
+pub const PSS_METHOD: &str = "process peak PSS (Pss of /proc/self/smaps_rollup) while the \
+     engine's --threads batches run: sampled by a thread of its own every 2 ms or ten times as \
+     long as its last read took, whichever is longer, and once as the calls end, the largest \
+     sample kept; pages shared with other processes (libraries, the page cache of mapped \
+     artifact files) count a share each, so it is what this process adds to the machine's \
+     memory";
+
+/// The shortest wait between two samples of the PSS of a running batch.
+pub const PSS_INTERVAL: Duration = Duration::from_millis(2);
+
+/// The process's proportional set size in bytes, when the system tells it.
+pub fn pss_bytes() -> Option<u64> {
+    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").ok()?;
+    status_kib(&rollup, "Pss:").map(|kib| kib * 1024)
+}
+
+/// Samples the process's PSS until `stop` is set, then once more; returns the largest sample.
+/// Meant to run on a thread of its own beside the work it watches; the thread that sets `stop`
+/// unparks it so that it ends at once.
+///
+/// Reading `smaps_rollup` walks every mapping of the process under the kernel's lock of its
+/// address space, which the watched threads take too (to map and unmap memory), and with the
+/// engines' memory reservations one read takes about a millisecond. So the sampler waits ten
+/// times as long as its last read took (at least [`PSS_INTERVAL`]), which keeps it to a tenth
+/// of a core, and takes no sample as the work starts, which would slow a short batch the most:
+/// a batch shorter than one wait is sampled once, as it ends.
+pub fn peak_pss_until(stop: &AtomicBool) -> Option<u64> {
+    let mut peak = None;
+    let mut wait = PSS_INTERVAL;
+    loop {
+        std::thread::park_timeout(wait);
+        let stopping = stop.load(Ordering::Acquire);
+        let started = std::time::Instant::now();
+        peak = peak.max(pss_bytes());
+        wait = PSS_INTERVAL.max(started.elapsed() * 10);
+        if stopping {
+            return peak;
+        }
+    }
+}
+
 /// A `Name:   1234 kB` field of a `/proc` status file, in KiB.
 pub fn status_kib(status: &str, field: &str) -> Option<u64> {
     let line = status.lines().find(|line| line.starts_with(field))?;
@@ -133,5 +177,25 @@ mod tests {
         let status = "Name:\thako\nVmHWM:\t   20480 kB\nVmRSS:\t 1024 kB\n";
         assert_eq!(status_kib(status, "VmHWM:"), Some(20480));
         assert_eq!(status_kib(status, "VmSwap:"), None);
+    }
+
+    #[test]
+    fn pss_is_the_pss_line_not_its_breakdown() {
+        let rollup = "Rss:  1756 kB\nPss_Anon:  116 kB\nPss:  258 kB\nPss_File:  142 kB\n";
+        assert_eq!(status_kib(rollup, "Pss:"), Some(258));
+    }
+
+    #[test]
+    fn the_pss_sampler_stops_when_told_and_keeps_a_sample() {
+        let stop = AtomicBool::new(false);
+        let peak = std::thread::scope(|scope| {
+            let sampler = scope.spawn(|| peak_pss_until(&stop));
+            stop.store(true, Ordering::Release);
+            sampler.thread().unpark();
+            sampler.join().unwrap()
+        });
+        // Linux tells the PSS; elsewhere there is nothing to sample.
+        assert_eq!(peak.is_some(), pss_bytes().is_some());
+        assert!(peak.is_none_or(|bytes| bytes > 0));
     }
 }

@@ -156,6 +156,12 @@ impl Subject {
         self.name.starts_with("wasmtime")
     }
 
+    /// Whether this is one of hako's own wasmer configurations (a baseline is not), the
+    /// subjects of the suite's best-wasmer figure.
+    pub fn is_wasmer(&self) -> bool {
+        matches!(self.kind, Kind::Host { .. }) && self.name.starts_with("wasmer")
+    }
+
     /// The crates the subject's code comes from, with their versions.
     pub fn versions(&self) -> Vec<(String, String)> {
         match &self.kind {
