@@ -43,6 +43,9 @@ pub struct ArtifactReport {
     pub bytes: u64,
     /// Milliseconds spent compiling, to a tenth.
     pub compile_ms: f64,
+    /// How the module's memory is initialised with this artifact: a memory image mapped from
+    /// it, or the data segments copied at each call and why.
+    pub memory_init: String,
 }
 
 /// What an upload did.
@@ -146,13 +149,14 @@ pub fn upload(
                 .map_err(UploadError::Compile)?;
             let compile_ms = started.elapsed().as_secs_f64() * 1000.0;
             let key = ArtifactKey::new(&package.module_sha256, engine.identity());
-            let bytes = store.artifacts().write(&key, module.as_ref())?;
+            let written = store.artifacts().write(&key, module.as_ref())?;
             artifacts.push(ArtifactReport {
                 engine: config.kind().name().to_string(),
                 compiler: config.compiler().name().to_string(),
                 target: engine.identity().triple.to_string(),
-                bytes,
+                bytes: written.bytes,
                 compile_ms: (compile_ms * 10.0).round() / 10.0,
+                memory_init: written.memory_init,
             });
             if engine.runs_here() && runnable.is_none() {
                 runnable = Some(module);

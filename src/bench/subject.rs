@@ -196,6 +196,7 @@ impl Subject {
         match (&self.kind, ready) {
             (Kind::Host { key, cache, .. }, Ready::Host(module)) => cache
                 .write(key, module.as_ref())
+                .map(|written| written.bytes)
                 .map_err(|err| err.to_string()),
             (Kind::Baseline { artifact, .. }, Ready::Baseline(compiled)) => {
                 let bytes = compiled.serialize().map_err(|err| err.to_string())?;

@@ -93,12 +93,13 @@ pub fn run(args: UploadArgs) -> Result<(), Failure> {
     );
     for artifact in &uploaded.artifacts {
         outln!(
-            "  artifact {} {} {}: {} bytes, compiled in {} ms",
+            "  artifact {} {} {}: {} bytes, compiled in {} ms; {}",
             artifact.engine,
             artifact.compiler,
             artifact.target,
             artifact.bytes,
-            artifact.compile_ms
+            artifact.compile_ms,
+            artifact.memory_init
         );
     }
     Ok(())

@@ -10,34 +10,50 @@
 //! synced, then renamed, so a reader never sees half a file. The contract that the directory is
 //! hako's own sits on one constructor, [`ArtifactCache::open_trusted`].
 //!
-//! A file is `payload ‖ header (JSON) ‖ header length (u32, little-endian) ‖ magic`: the header
-//! trails the payload so that the payload starts the file, page-aligned. A load reads the file
-//! in one call (a mapping cost more: a page-table entry per page made and torn down again),
-//! verifies it, and hands the engine both the open file and the payload: wasmer maps its ELF
-//! images (cranelift code for this architecture) straight from the file, and loads the other
-//! formats from the bytes. The checksum is XXH3-128: it guards against corruption (a torn or
-//! damaged file), not against someone who can write the trusted directory, and it is checked
-//! on every cold load, where a cryptographic hash cost a fifth of the load. hako never changes
-//! an artifact file in place (it writes a new one and renames it), so a file mapped by a loaded
-//! module keeps its bytes.
+//! A file is `code ‖ zeros ‖ memory image ‖ header (JSON) ‖ header length (u32, little-endian) ‖
+//! magic`. The code starts the file, page-aligned (wasmer maps its ELF images, cranelift code
+//! for this architecture, straight from the file). The memory image, when the engine made one
+//! (a module's initial linear memory, see `hako_engine_wasmer`'s memory images), follows at the
+//! next multiple of [`IMAGE_ALIGN`], so that instances map it copy-on-write from the file; it is
+//! never read into memory to run. The header trails both, and records their lengths and
+//! checksums.
+//!
+//! A load reads the header and the code (one `pread` each: a mapping cost more, a page-table
+//! entry per page made and torn down again) and verifies both the code and the image against
+//! their checksums before the engine sees either. The checksum is XXH3-128: it guards against
+//! corruption (a torn or damaged file), not against someone who can write the trusted
+//! directory. Hashing an 8 MiB image costs more than the rest of a load, so a file is verified
+//! once per process and remembered as verified ([`Verified`]) while it is the same file: the
+//! same inode, held open so that its number cannot be given to another file, with the same
+//! size, modification and change times. Anything that writes to the file changes its times and
+//! makes the next load verify it again; hako itself never changes an artifact in place (it
+//! writes a new one and renames it), so a file mapped by a loaded module keeps its bytes.
 //!
 //! It does not decide which compiler to use, and keeps no modules in memory (see `modules`).
 
+use std::collections::{HashMap, VecDeque};
 use std::fs;
-use std::io::Read as _;
 use std::io::Write;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use hako_engine_api::{Bytes, Engine, EngineIdentity, Module};
+use hako_engine_api::{ArtifactFile, Engine, EngineIdentity, ImageRegion, Module, IMAGE_ALIGN};
 use serde::{Deserialize, Serialize};
 
 use super::sha256_hex;
 use super::staging::Staging;
 
-/// The format's mark; raised whenever the code an engine makes changes meaning for the same
-/// identity (4: wasmer code carries deadline checks), so that older files are recompiled.
-const MAGIC: &[u8] = b"\nHAKO-ARTIFACT-4";
+/// The format's mark; raised whenever the layout or the code an engine makes changes meaning
+/// for the same identity (4: wasmer code carries deadline checks; 5: memory images), so that
+/// older files are recompiled.
+const MAGIC: &[u8] = b"\nHAKO-ARTIFACT-5";
+
+/// The longest header a file may have; a longer one is refused before it is read.
+const MAX_HEADER: usize = 64 << 10;
+
+/// How many verified files a cache remembers (and holds open).
+const MAX_VERIFIED: usize = 256;
 
 /// What names an artifact: the module and the identity of the code.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -71,9 +87,22 @@ struct Header {
     cpu_features: String,
     settings: String,
     module_sha256: String,
-    payload_len: u64,
-    /// XXH3-128 of the payload, as 32 hex digits.
-    payload_xxh3: String,
+    code_len: u64,
+    /// XXH3-128 of the code, as 32 hex digits.
+    code_xxh3: String,
+    /// How the module's memory is initialised, in the engine's words.
+    memory_init: String,
+    image: Option<ImageHeader>,
+}
+
+/// Where the memory image lies in the file, and its checksum.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+struct ImageHeader {
+    offset: u64,
+    len: u64,
+    /// The guest address of its first byte.
+    start: u64,
+    xxh3: String,
 }
 
 impl Header {
@@ -125,12 +154,23 @@ pub enum ArtifactError {
     Engine(#[from] hako_engine_api::EngineError),
 }
 
+/// What [`ArtifactCache::write`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// The file's size.
+    pub bytes: u64,
+    /// How the module's memory is initialised with it, in the engine's words.
+    pub memory_init: String,
+}
+
 /// A directory of artifacts that only hako writes.
 #[derive(Debug, Clone)]
 pub struct ArtifactCache {
     dir: PathBuf,
     /// Where an artifact is written before it is renamed into place.
     staging: Arc<Staging>,
+    /// The files verified so far, shared by every clone.
+    verified: Arc<Verified>,
 }
 
 impl ArtifactCache {
@@ -148,7 +188,11 @@ impl ArtifactCache {
     ) -> std::io::Result<Self> {
         let dir = dir.into();
         fs::create_dir_all(&dir)?;
-        Ok(Self { dir, staging })
+        Ok(Self {
+            dir,
+            staging,
+            verified: Arc::default(),
+        })
     }
 
     /// Where the artifact for `key` lives.
@@ -156,26 +200,11 @@ impl ArtifactCache {
         self.dir.join(key.file_name())
     }
 
-    /// Writes `module`'s artifact for `key`, atomically. Returns its size in bytes.
-    pub fn write(&self, key: &ArtifactKey, module: &dyn Module) -> Result<u64, ArtifactError> {
-        let payload = module.serialize()?;
-        let header = Header {
-            engine: key.identity.engine.to_string(),
-            version: key.identity.version.to_string(),
-            compiler: key.identity.compiler.clone(),
-            triple: key.identity.triple.clone(),
-            cpu_features: key.identity.cpu_features.clone(),
-            settings: key.identity.settings.to_string(),
-            module_sha256: key.module_sha256.clone(),
-            payload_len: payload.len() as u64,
-            payload_xxh3: checksum(&payload),
-        };
-        let mut bytes = payload;
-        let payload_len = bytes.len();
-        serde_json::to_writer(&mut bytes, &header).expect("a header always serializes");
-        let header_len = (bytes.len() - payload_len) as u32;
-        bytes.extend_from_slice(&header_len.to_le_bytes());
-        bytes.extend_from_slice(MAGIC);
+    /// Writes `module`'s artifact for `key`, atomically.
+    pub fn write(&self, key: &ArtifactKey, module: &dyn Module) -> Result<Written, ArtifactError> {
+        let serialized = module.serialize()?;
+        let memory_init = serialized.memory_init.clone();
+        let bytes = encode(key, serialized);
         let path = self.path(key);
         let write_error = |source| ArtifactError::Write {
             path: path.clone(),
@@ -189,11 +218,14 @@ impl ArtifactCache {
             }
         }
         write_atomically(&path, &bytes, &self.staging).map_err(write_error)?;
-        Ok(bytes.len() as u64)
+        Ok(Written {
+            bytes: bytes.len() as u64,
+            memory_init,
+        })
     }
 
     /// Loads the artifact for `key` with `engine`, or `Ok(None)` when there is none. A file
-    /// whose header, size or checksum does not match is refused, never loaded.
+    /// whose header, layout or checksums do not match is refused, never loaded.
     pub fn load(
         &self,
         key: &ArtifactKey,
@@ -226,56 +258,244 @@ impl ArtifactCache {
                 ),
             });
         }
-        // Read whole in one call (the engine keeps the bytes, copies out of them, or maps the
-        // file itself): a mapping here would cost a page-table entry per page to make and to
-        // tear down again.
-        let mut bytes = Vec::new();
-        if let Err(source) = (&file).read_to_end(&mut bytes) {
-            return Err(ArtifactError::Read { path, source });
-        }
-        let payload_len = verify(&bytes, key).map_err(|reason| ArtifactError::Refused {
+        let read_error = |source| ArtifactError::Read {
+            path: path.clone(),
+            source,
+        };
+        let refused = |reason| ArtifactError::Refused {
             path: path.clone(),
             reason,
-        })?;
-        let bytes = Bytes::from(bytes).slice(..payload_len);
-        // SAFETY: the cache directory is trusted (`open_trusted`'s contract), and the payload
-        // is exactly what `write` serialized for this engine identity and module: its header
-        // names this identity and module, and its length and checksum match the header. The
-        // payload starts the file (the header follows it), and files are replaced by renaming,
-        // never written to, so the open file keeps these bytes while the module lives.
+        };
+        let layout = read_verified(&file, key, &self.verified)
+            .map_err(read_error)?
+            .map_err(refused)?;
+        // SAFETY: the cache directory is trusted (`open_trusted`'s contract), and the code and
+        // image are exactly what `write` stored for this engine identity and module: the
+        // header names this identity and module, the layout matches the file, and both
+        // checksums matched it, now or on an earlier load of this very file (same inode, held
+        // open since, same size and times: see `Verified`). Files are replaced by renaming,
+        // never written to, so the open file keeps these bytes while the module maps them.
         #[allow(unsafe_code)]
-        let module = unsafe { engine.deserialize_file(&file, bytes)? };
+        let module = unsafe {
+            engine.load(ArtifactFile {
+                file: &file,
+                code_len: layout.code_len,
+                image: layout.image,
+            })?
+        };
         Ok(Some(module))
     }
 }
 
-/// The length of an artifact file's payload, once its header matches `key` and its checksum
-/// is right.
-fn verify(bytes: &[u8], key: &ArtifactKey) -> Result<usize, String> {
-    let rest = bytes
-        .strip_suffix(MAGIC)
-        .ok_or("not a hako artifact (bad magic)")?;
-    let (rest, header_len) = rest
-        .split_last_chunk::<4>()
-        .ok_or("the header length is missing")?;
-    let header_len = u32::from_le_bytes(*header_len) as usize;
-    let payload_len = rest
-        .len()
-        .checked_sub(header_len)
-        .ok_or("the header is longer than the file")?;
-    let header: Header = serde_json::from_slice(&rest[payload_len..])
-        .map_err(|err| format!("the header is malformed: {err}"))?;
-    header.matches(key)?;
-    if payload_len as u64 != header.payload_len {
-        return Err(format!(
-            "the payload is {payload_len} bytes, the header says {}",
-            header.payload_len
-        ));
+/// Where the code and image of the artifact `file` for `key` lie, once its header matches
+/// `key`, its layout matches the file and its checksums match the header (or the very same file
+/// was verified before, as `verified` remembers); or why not.
+fn read_verified(
+    file: &fs::File,
+    key: &ArtifactKey,
+    verified: &Verified,
+) -> std::io::Result<Result<Layout, String>> {
+    let metadata = file.metadata()?;
+    let (header, header_start) = match read_header(file, metadata.len())? {
+        Ok(found) => found,
+        Err(reason) => return Ok(Err(reason)),
+    };
+    let layout = match header.layout(key, header_start) {
+        Ok(layout) => layout,
+        Err(reason) => return Ok(Err(reason)),
+    };
+    let identity = FileIdentity::of(&metadata);
+    if !verified.holds(&identity) {
+        if checksum_range(file, 0, layout.code_len)? != header.code_xxh3 {
+            return Ok(Err("the code's checksum does not match its header".into()));
+        }
+        if let Some(image) = &header.image {
+            if checksum_range(file, image.offset, image.len)? != image.xxh3 {
+                return Ok(Err(
+                    "the memory image's checksum does not match its header".into()
+                ));
+            }
+        }
+        verified.insert(identity, file.try_clone()?);
     }
-    if checksum(&rest[..payload_len]) != header.payload_xxh3 {
-        return Err("the payload's checksum does not match its header".into());
+    Ok(Ok(layout))
+}
+
+/// The bytes of an artifact file for `key` holding `serialized`.
+fn encode(key: &ArtifactKey, serialized: hako_engine_api::Serialized) -> Vec<u8> {
+    let code_len = serialized.code.len() as u64;
+    let mut bytes = serialized.code;
+    let image = serialized.image.map(|image| {
+        let offset = code_len.div_ceil(IMAGE_ALIGN) * IMAGE_ALIGN;
+        bytes.resize(offset as usize, 0);
+        bytes.extend_from_slice(&image.bytes);
+        ImageHeader {
+            offset,
+            len: image.bytes.len() as u64,
+            start: image.start,
+            xxh3: checksum(&image.bytes),
+        }
+    });
+    let header = Header {
+        engine: key.identity.engine.to_string(),
+        version: key.identity.version.to_string(),
+        compiler: key.identity.compiler.clone(),
+        triple: key.identity.triple.clone(),
+        cpu_features: key.identity.cpu_features.clone(),
+        settings: key.identity.settings.to_string(),
+        module_sha256: key.module_sha256.clone(),
+        code_len,
+        code_xxh3: checksum(&bytes[..code_len as usize]),
+        memory_init: serialized.memory_init,
+        image,
+    };
+    let body_len = bytes.len();
+    serde_json::to_writer(&mut bytes, &header).expect("a header always serializes");
+    let header_len = (bytes.len() - body_len) as u32;
+    bytes.extend_from_slice(&header_len.to_le_bytes());
+    bytes.extend_from_slice(MAGIC);
+    bytes
+}
+
+/// The header at the end of `file` (`len` bytes long) and where it starts, or why there is no
+/// valid one.
+fn read_header(file: &fs::File, len: u64) -> std::io::Result<Result<(Header, u64), String>> {
+    let trailer = (MAGIC.len() + 4) as u64;
+    if len < trailer {
+        return Ok(Err("not a hako artifact (bad magic)".into()));
     }
-    Ok(payload_len)
+    let mut tail = vec![0u8; trailer as usize];
+    file.read_exact_at(&mut tail, len - trailer)?;
+    let Some(header_len) = tail.strip_suffix(MAGIC) else {
+        return Ok(Err("not a hako artifact (bad magic)".into()));
+    };
+    let header_len = u32::from_le_bytes(header_len.try_into().expect("four bytes")) as u64;
+    if header_len as usize > MAX_HEADER || header_len > len - trailer {
+        return Ok(Err("the header is longer than the file allows".into()));
+    }
+    let start = len - trailer - header_len;
+    let mut header = vec![0u8; header_len as usize];
+    file.read_exact_at(&mut header, start)?;
+    Ok(serde_json::from_slice(&header)
+        .map(|header| (header, start))
+        .map_err(|err| format!("the header is malformed: {err}")))
+}
+
+/// Where the parts of a verified header's file lie.
+#[derive(Debug, PartialEq, Eq)]
+struct Layout {
+    code_len: u64,
+    image: Option<ImageRegion>,
+}
+
+impl Header {
+    /// Checks the header against `key` and where it starts in the file (`header_start`), and
+    /// says where the code and the image lie: the code from the first byte, the image at the
+    /// next multiple of [`IMAGE_ALIGN`] after it, the header right after the last of them.
+    fn layout(&self, key: &ArtifactKey, header_start: u64) -> Result<Layout, String> {
+        self.matches(key)?;
+        let body_end = match &self.image {
+            None => self.code_len,
+            Some(image) => {
+                let offset = self.code_len.div_ceil(IMAGE_ALIGN) * IMAGE_ALIGN;
+                if image.offset != offset
+                    || !image.len.is_multiple_of(IMAGE_ALIGN)
+                    || !image.start.is_multiple_of(IMAGE_ALIGN)
+                {
+                    return Err(format!(
+                        "the memory image at {} ({} bytes, for address {}) is not where the \
+                         code's {} bytes put it, page-aligned",
+                        image.offset, image.len, image.start, self.code_len
+                    ));
+                }
+                offset
+                    .checked_add(image.len)
+                    .ok_or("the memory image's length overflows")?
+            }
+        };
+        if body_end != header_start {
+            return Err(format!(
+                "the code and image take {body_end} bytes, the header says {header_start}"
+            ));
+        }
+        Ok(Layout {
+            code_len: self.code_len,
+            image: self.image.as_ref().map(|image| ImageRegion {
+                offset: image.offset,
+                len: image.len,
+                start: image.start,
+            }),
+        })
+    }
+}
+
+/// What tells one artifact file from another, and from itself once written to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct FileIdentity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    modified: (i64, i64),
+    changed: (i64, i64),
+}
+
+impl FileIdentity {
+    fn of(metadata: &fs::Metadata) -> Self {
+        Self {
+            dev: metadata.dev(),
+            ino: metadata.ino(),
+            size: metadata.len(),
+            modified: (metadata.mtime(), metadata.mtime_nsec()),
+            changed: (metadata.ctime(), metadata.ctime_nsec()),
+        }
+    }
+}
+
+/// The files this process verified, each held open so that no other file can get its inode
+/// number while it is remembered. At most [`MAX_VERIFIED`], the oldest forgotten first.
+#[derive(Debug, Default)]
+struct Verified {
+    files: Mutex<(HashMap<FileIdentity, fs::File>, VecDeque<FileIdentity>)>,
+}
+
+impl Verified {
+    fn holds(&self, identity: &FileIdentity) -> bool {
+        let files = self
+            .files
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        files.0.contains_key(identity)
+    }
+
+    fn insert(&self, identity: FileIdentity, file: fs::File) {
+        let mut files = self
+            .files
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let (map, order) = &mut *files;
+        if map.insert(identity, file).is_none() {
+            order.push_back(identity);
+        }
+        while order.len() > MAX_VERIFIED {
+            if let Some(oldest) = order.pop_front() {
+                map.remove(&oldest);
+            }
+        }
+    }
+}
+
+/// The checksum of `len` bytes of `file` from `offset`, read a block at a time.
+fn checksum_range(file: &fs::File, offset: u64, len: u64) -> std::io::Result<String> {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut block = vec![0u8; (len as usize).min(1 << 20)];
+    let mut done = 0;
+    while done < len {
+        let n = ((len - done) as usize).min(block.len());
+        file.read_exact_at(&mut block[..n], offset + done)?;
+        hasher.update(&block[..n]);
+        done += n as u64;
+    }
+    Ok(format!("{:032x}", hasher.digest128()))
 }
 
 /// The checksum a header records for a payload.
@@ -319,50 +539,134 @@ mod tests {
         )
     }
 
-    fn file(header: &Header, payload: &[u8]) -> Vec<u8> {
-        let mut bytes = payload.to_vec();
-        let json = serde_json::to_vec(header).unwrap();
-        bytes.extend(&json);
-        bytes.extend((json.len() as u32).to_le_bytes());
-        bytes.extend_from_slice(MAGIC);
-        bytes
+    /// A module as an engine serializes it: `code`, and an image of `pages` 64 KiB pages.
+    struct Fake {
+        code: Vec<u8>,
+        pages: usize,
     }
 
-    fn header_for(key: &ArtifactKey, payload: &[u8]) -> Header {
-        Header {
-            engine: key.identity.engine.into(),
-            version: key.identity.version.into(),
-            compiler: key.identity.compiler.clone(),
-            triple: key.identity.triple.clone(),
-            cpu_features: key.identity.cpu_features.clone(),
-            settings: key.identity.settings.to_string(),
-            module_sha256: key.module_sha256.clone(),
-            payload_len: payload.len() as u64,
-            payload_xxh3: checksum(payload),
+    impl Module for Fake {
+        fn serialize(&self) -> Result<hako_engine_api::Serialized, hako_engine_api::EngineError> {
+            Ok(hako_engine_api::Serialized {
+                code: self.code.clone(),
+                image: (self.pages > 0).then(|| hako_engine_api::MemoryImage {
+                    start: IMAGE_ALIGN,
+                    bytes: vec![7; self.pages * IMAGE_ALIGN as usize],
+                }),
+                memory_init: "fake".into(),
+            })
+        }
+
+        fn run(
+            &self,
+            _: Box<dyn hako_engine_api::Host>,
+            _: hako_engine_api::RunLimits,
+            _: &dyn hako_engine_api::Watchdog,
+        ) -> hako_engine_api::RunResult {
+            unreachable!("never run")
         }
     }
 
-    #[test]
-    fn a_matching_artifact_yields_its_payload() {
-        let key = key();
-        let bytes = file(&header_for(&key, b"native"), b"native");
-        assert_eq!(verify(&bytes, &key).unwrap(), b"native".len());
+    fn encoded(key: &ArtifactKey, pages: usize) -> Vec<u8> {
+        let fake = Fake {
+            code: b"native code".to_vec(),
+            pages,
+        };
+        encode(key, fake.serialize().unwrap())
+    }
+
+    /// Verifies `bytes` as a fresh process would (nothing verified before).
+    fn verify(bytes: &[u8], key: &ArtifactKey) -> Result<Layout, String> {
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(bytes).unwrap();
+        read_verified(&file, key, &Verified::default()).unwrap()
+    }
+
+    /// `bytes` with its header replaced by what `change` makes of it.
+    fn with_header(bytes: &[u8], change: impl FnOnce(&mut Header)) -> Vec<u8> {
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(bytes).unwrap();
+        let (mut header, start) = read_header(&file, bytes.len() as u64).unwrap().unwrap();
+        change(&mut header);
+        let mut out = bytes[..start as usize].to_vec();
+        let json = serde_json::to_vec(&header).unwrap();
+        out.extend(&json);
+        out.extend((json.len() as u32).to_le_bytes());
+        out.extend_from_slice(MAGIC);
+        out
     }
 
     #[test]
-    fn a_flipped_payload_byte_is_refused() {
+    fn a_matching_artifact_yields_its_code_and_its_image_page_aligned() {
         let key = key();
-        let mut bytes = file(&header_for(&key, b"native"), b"native");
+        assert_eq!(
+            verify(&encoded(&key, 0), &key).unwrap(),
+            Layout {
+                code_len: 11,
+                image: None
+            }
+        );
+        let layout = verify(&encoded(&key, 3), &key).unwrap();
+        assert_eq!(
+            layout.image,
+            Some(ImageRegion {
+                offset: IMAGE_ALIGN,
+                len: 3 * IMAGE_ALIGN,
+                start: IMAGE_ALIGN
+            })
+        );
+    }
+
+    #[test]
+    fn a_flipped_code_or_image_byte_is_refused() {
+        let key = key();
+        let mut bytes = encoded(&key, 2);
         bytes[0] ^= 1;
-        assert!(verify(&bytes, &key).unwrap_err().contains("checksum"));
+        let err = verify(&bytes, &key).unwrap_err();
+        assert!(err.contains("code's checksum"), "{err}");
+        let mut bytes = encoded(&key, 2);
+        bytes[IMAGE_ALIGN as usize + 70_000] ^= 1;
+        let err = verify(&bytes, &key).unwrap_err();
+        assert!(err.contains("memory image's checksum"), "{err}");
+    }
+
+    #[test]
+    fn a_file_written_to_after_it_was_verified_is_verified_again() {
+        let key = key();
+        let verified = Verified::default();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&encoded(&key, 2)).unwrap();
+        assert!(read_verified(&file, &key, &verified).unwrap().is_ok());
+        // The same bytes but one, written in place: the file's times change with the write,
+        // however soon it follows (a sleep makes that so on file systems of coarse clocks).
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        file.write_all_at(&[0], IMAGE_ALIGN + 5).unwrap();
+        let err = read_verified(&file, &key, &verified).unwrap().unwrap_err();
+        assert!(err.contains("memory image's checksum"), "{err}");
+    }
+
+    #[test]
+    fn an_image_elsewhere_than_after_the_code_is_refused() {
+        let key = key();
+        let bytes = with_header(&encoded(&key, 2), |header| {
+            header.image.as_mut().unwrap().offset = 0;
+        });
+        let err = verify(&bytes, &key).unwrap_err();
+        assert!(err.contains("not where"), "{err}");
+        let bytes = with_header(&encoded(&key, 2), |header| {
+            header.image.as_mut().unwrap().len -= IMAGE_ALIGN;
+        });
+        let err = verify(&bytes, &key).unwrap_err();
+        assert!(err.contains("the header says"), "{err}");
     }
 
     #[test]
     fn an_artifact_for_another_target_is_refused() {
         let key = key();
-        let mut header = header_for(&key, b"native");
-        header.triple = "aarch64-unknown-linux-gnu".into();
-        let err = verify(&file(&header, b"native"), &key).unwrap_err();
+        let bytes = with_header(&encoded(&key, 0), |header| {
+            header.triple = "aarch64-unknown-linux-gnu".into();
+        });
+        let err = verify(&bytes, &key).unwrap_err();
         assert!(err.contains("target"), "{err}");
     }
 
@@ -371,9 +675,10 @@ mod tests {
         // Same engine, compiler, target and CPU: code made without the deadline checks, or for
         // another memory layout, must not be loaded either.
         let key = key();
-        let mut header = header_for(&key, b"native");
-        header.settings = "features=x;checks=none".into();
-        let err = verify(&file(&header, b"native"), &key).unwrap_err();
+        let bytes = with_header(&encoded(&key, 0), |header| {
+            header.settings = "features=x;checks=none".into();
+        });
+        let err = verify(&bytes, &key).unwrap_err();
         assert!(err.contains("compile settings"), "{err}");
         let mut other = key.clone();
         other.identity.settings = "features=x;checks=none";
@@ -383,7 +688,7 @@ mod tests {
     #[test]
     fn a_truncated_artifact_is_refused() {
         let key = key();
-        let bytes = file(&header_for(&key, b"native"), b"native");
+        let bytes = encoded(&key, 1);
         let err = verify(&bytes[2..], &key).unwrap_err();
         assert!(err.contains("bytes"), "{err}");
         let err = verify(&bytes[..bytes.len() - 2], &key).unwrap_err();
@@ -395,6 +700,10 @@ mod tests {
         assert!(verify(b"\x7fELF....", &key())
             .unwrap_err()
             .contains("magic"));
+        let mut huge = b"\x7fELF".to_vec();
+        huge.extend(u32::MAX.to_le_bytes());
+        huge.extend_from_slice(MAGIC);
+        assert!(verify(&huge, &key()).unwrap_err().contains("longer"));
     }
 
     #[test]

@@ -95,8 +95,8 @@ fn artifacts_can_be_made_for_another_architecture_and_are_never_run_here() {
         assert_eq!(engine.identity().triple, FOREIGN_TARGET);
         let module = engine.compile(&wasm).unwrap();
         let key = ArtifactKey::new(&hako::store::sha256_hex(&wasm), engine.identity());
-        let bytes = store.artifacts().write(&key, module.as_ref()).unwrap();
-        assert!(bytes > 0);
+        let written = store.artifacts().write(&key, module.as_ref()).unwrap();
+        assert!(written.bytes > 0);
         // The right identity still does not make foreign code loadable here.
         let err = store
             .artifacts()

@@ -21,6 +21,7 @@ mod fuzzing;
 mod guests_build;
 mod http_abi;
 mod leftovers;
+mod memory_images;
 mod sandbox_rules;
 mod serve_api;
 mod serve_mcp;

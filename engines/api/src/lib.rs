@@ -143,10 +143,79 @@ pub enum EngineError {
     Unsupported(String),
 }
 
+/// A module's initial linear memory, laid out ahead of time from its active data segments, as a
+/// compiled module hands it to the store: written page-aligned beside the code, and mapped (never
+/// copied) into each instance's memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryImage {
+    /// The guest address of the image's first byte (a multiple of [`IMAGE_ALIGN`]).
+    pub start: u64,
+    /// The image's bytes, a multiple of [`IMAGE_ALIGN`] long.
+    pub bytes: Vec<u8>,
+}
+
+/// The alignment of memory images: in the artifact file, in guest memory and in length. The
+/// wasm page size, a multiple of every page size Linux uses on x86-64 and aarch64.
+pub const IMAGE_ALIGN: u64 = 65_536;
+
+/// What an engine makes of a compiled module for the artifact store.
+#[derive(Debug)]
+pub struct Serialized {
+    /// The engine's code and metadata; it starts the artifact file.
+    pub code: Vec<u8>,
+    /// The initial linear memory, when the engine took it out of the module's data segments.
+    pub image: Option<MemoryImage>,
+    /// How the module's memory is initialised, in words, for the artifact header and the
+    /// operator (for example "image of 8.0 MiB at 0x100000", or why the segments are copied).
+    pub memory_init: String,
+}
+
+/// Where an artifact file holds its memory image: `len` bytes from `offset` (both multiples of
+/// [`IMAGE_ALIGN`]), for the guest address `start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageRegion {
+    pub offset: u64,
+    pub len: u64,
+    pub start: u64,
+}
+
+/// A verified artifact file as the store hands it to an engine.
+#[derive(Debug, Clone, Copy)]
+pub struct ArtifactFile<'a> {
+    /// The open file; it starts with the code and does not change while a module maps it.
+    pub file: &'a std::fs::File,
+    /// The length of the code, the file's first bytes.
+    pub code_len: u64,
+    /// The memory image, when [`Serialized::image`] had one.
+    pub image: Option<ImageRegion>,
+}
+
+impl ArtifactFile<'_> {
+    /// Reads the code, for an engine that does not map it from the file.
+    pub fn read_code(&self) -> std::io::Result<Bytes> {
+        use std::os::unix::fs::FileExt;
+        let len = usize::try_from(self.code_len).map_err(std::io::Error::other)?;
+        let mut code = vec![0u8; len];
+        self.file.read_exact_at(&mut code, 0)?;
+        Ok(Bytes::from(code))
+    }
+
+    /// Whether the code starts with `magic` (an engine telling its formats apart).
+    pub fn code_starts_with(&self, magic: &[u8]) -> std::io::Result<bool> {
+        use std::os::unix::fs::FileExt;
+        if (magic.len() as u64) > self.code_len {
+            return Ok(false);
+        }
+        let mut start = vec![0u8; magic.len()];
+        self.file.read_exact_at(&mut start, 0)?;
+        Ok(start == magic)
+    }
+}
+
 /// A compiled module, ready to run any number of times, from any thread.
 pub trait Module: Send + Sync {
-    /// The artifact bytes that [`Engine::deserialize`] turns back into this module.
-    fn serialize(&self) -> Result<Vec<u8>, EngineError>;
+    /// What [`Engine::load`] turns back into this module.
+    fn serialize(&self) -> Result<Serialized, EngineError>;
 
     /// Instantiates the module with every import routed to `host`, runs `_start` once, and
     /// reports how it ended. Never panics on a guest's behaviour.
@@ -165,31 +234,15 @@ pub trait Engine: Send + Sync {
     /// Compiles a validated module.
     fn compile(&self, wasm: &[u8]) -> Result<Arc<dyn Module>, EngineError>;
 
-    /// Loads an artifact from its bytes, taken as shared bytes (often a mapping of the artifact
-    /// file) so that an engine that can keep them need not copy them.
+    /// Loads an artifact: its code (which an engine whose code is an executable image maps
+    /// from the file, and any other reads) and its memory image (mapped from the file into each
+    /// instance's memory).
     ///
     /// # Safety
-    /// `bytes` must be exactly what [`Module::serialize`] produced on an engine with this
-    /// [`EngineIdentity`]; the bytes are native code and are not checked. Callers verify a
-    /// checksum and a header first.
+    /// `artifact` must be exactly what [`Module::serialize`] produced on an engine with this
+    /// [`EngineIdentity`], laid out by the store; its bytes are native code and memory contents
+    /// and are not checked. Callers verify checksums and a header first. The file must not
+    /// change while the module lives (it is replaced by renaming, never written to).
     #[allow(unsafe_code)] // the contract is on the caller; this crate runs nothing
-    unsafe fn deserialize(&self, bytes: Bytes) -> Result<Arc<dyn Module>, EngineError>;
-
-    /// Loads an artifact whose bytes `payload` are also the start of the open `file`: an
-    /// engine whose artifacts are executable images may map the file itself instead of copying
-    /// the bytes. The default loads `payload` with [`Engine::deserialize`].
-    ///
-    /// # Safety
-    /// As for [`Engine::deserialize`]; and `file` must hold `payload` from its first byte and
-    /// must not change while the module lives (it is replaced by renaming, never written to).
-    #[allow(unsafe_code)]
-    unsafe fn deserialize_file(
-        &self,
-        file: &std::fs::File,
-        payload: Bytes,
-    ) -> Result<Arc<dyn Module>, EngineError> {
-        let _ = file;
-        // SAFETY: the caller upholds `deserialize`'s contract for `payload`.
-        unsafe { self.deserialize(payload) }
-    }
+    unsafe fn load(&self, artifact: ArtifactFile<'_>) -> Result<Arc<dyn Module>, EngineError>;
 }

@@ -26,6 +26,7 @@
 )]
 
 mod checks;
+mod image;
 mod interrupt;
 mod link;
 mod memory;
@@ -36,8 +37,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use hako_engine_api::{
-    Bytes, Engine, EngineError, EngineIdentity, Host, Import, Module, RunExit, RunLimits,
-    RunResult, Stop, Watchdog,
+    ArtifactFile, Engine, EngineError, EngineIdentity, Host, Import, Module, RunExit, RunLimits,
+    RunResult, Serialized, Stop, Watchdog,
 };
 use wasmer::sys::{
     CompilerConfig, CpuFeature, EngineBuilder, Features, NativeEngineExt, Target, Triple,
@@ -45,6 +46,7 @@ use wasmer::sys::{
 use wasmer::{Exports, Extern, FunctionEnv, Instance, Store, TypedFunction};
 
 use checks::DeadlineChecks;
+use image::{Image, Layout};
 use interrupt::StoreInterrupt;
 use link::{HostEnv, HostStop};
 use memory::{CapScope, CappedTunables};
@@ -128,7 +130,7 @@ fn settings() -> &'static str {
     SETTINGS.get_or_init(|| {
         format!(
             "features=bulk-memory,multi-value,reference-types,simd;memory=static,bound={},\
-             guard={};{}",
+             guard={};{};memory-images=1",
             MemoryStyle::static_bound().bytes().0,
             MemoryStyle::static_offset_guard_size(),
             checks::SETTINGS
@@ -263,21 +265,6 @@ impl WasmerEngine {
     fn loading_engine(&self) -> wasmer::Engine {
         with_tunables(EngineBuilder::headless().engine().into())
     }
-
-    /// A module loaded on `engine` (its own), ready to run here.
-    fn loaded(
-        &self,
-        engine: wasmer::Engine,
-        loaded: Result<wasmer::Module, wasmer::DeserializeError>,
-    ) -> Result<Arc<dyn Module>, EngineError> {
-        let module = loaded.map_err(|err| EngineError::Deserialize(err.to_string()))?;
-        Ok(Arc::new(WasmerModule::new(
-            engine,
-            module,
-            true,
-            &self.identity.triple,
-        )))
-    }
 }
 
 /// `engine` with hako's memory tunables (the cap, pooled memories).
@@ -305,53 +292,78 @@ impl Engine for WasmerEngine {
                 ),
             });
         }
-        let engine = self.compiling_engine();
-        let module = wasmer::Module::new(&engine, wasm).map_err(|err| EngineError::Compile {
+        let layout = image::plan(wasm);
+        let compile_error = |message: String| EngineError::Compile {
             compiler: self.identity.compiler.clone(),
-            message: err.to_string(),
-        })?;
+            message,
+        };
+        let (wasm, image) = match &layout {
+            Layout::Image { image, module } => {
+                let mapped = Image::in_memory(image).map_err(|err| {
+                    compile_error(format!("keeping the memory image in memory: {err}"))
+                })?;
+                (module.as_slice(), Some(Arc::new(mapped)))
+            }
+            Layout::Nothing | Layout::Copied(_) => (wasm, None),
+        };
+        let engine = self.compiling_engine();
+        let module =
+            wasmer::Module::new(&engine, wasm).map_err(|err| compile_error(err.to_string()))?;
         Ok(Arc::new(WasmerModule::new(
             engine,
             module,
             self.runs_here,
             &self.identity.triple,
+            image,
+            layout.describe(),
         )))
     }
 
     #[allow(unsafe_code)]
-    unsafe fn deserialize(&self, bytes: Bytes) -> Result<Arc<dyn Module>, EngineError> {
+    unsafe fn load(&self, artifact: ArtifactFile<'_>) -> Result<Arc<dyn Module>, EngineError> {
+        use std::os::fd::AsRawFd;
         if !self.runs_here {
             return Err(EngineError::ForeignTarget {
                 triple: self.identity.triple.clone(),
             });
         }
+        let image = artifact
+            .image
+            .map(|region| Image::from_file(artifact.file, region.offset, region.start, region.len))
+            .transpose()
+            .map_err(|err| EngineError::Deserialize(format!("the memory image: {err}")))?;
+        let memory_init = match &image {
+            Some(image) => image::describe_image(image.start as u64, image.len as u64),
+            None => "no memory image".to_string(),
+        };
         let engine = self.loading_engine();
-        // SAFETY: the caller guarantees `bytes` is an artifact this engine's identity produced
-        // (the trait's contract); wasmer 7.4 checks nothing itself.
-        let loaded = unsafe { wasmer::Module::deserialize(&engine, bytes) };
-        self.loaded(engine, loaded)
-    }
-
-    #[allow(unsafe_code)]
-    unsafe fn deserialize_file(
-        &self,
-        file: &std::fs::File,
-        payload: Bytes,
-    ) -> Result<Arc<dyn Module>, EngineError> {
-        use std::os::fd::AsRawFd;
         // wasmer maps an ELF image from a path; this process's own name for the open file is
         // the very file the caller verified, whatever has been renamed over its path since.
-        let own_name = std::path::PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-        if !self.runs_here || !payload.starts_with(ELF_MAGIC) || !own_name.exists() {
-            // SAFETY: the caller upholds `deserialize`'s contract for `payload`.
-            return unsafe { self.deserialize(payload) };
-        }
-        let engine = self.loading_engine();
-        // SAFETY: the caller guarantees the file holds, from its first byte, an artifact this
-        // engine's identity produced and that it does not change while mapped; wasmer reads
-        // the ELF image's own headers and ignores the bytes after it (hako's header).
-        let loaded = unsafe { wasmer::Module::deserialize_from_file(&engine, &own_name) };
-        self.loaded(engine, loaded)
+        let own_name =
+            std::path::PathBuf::from(format!("/proc/self/fd/{}", artifact.file.as_raw_fd()));
+        let read_error = |err: std::io::Error| EngineError::Deserialize(format!("reading: {err}"));
+        let is_elf = artifact.code_starts_with(ELF_MAGIC).map_err(read_error)?;
+        let loaded = if is_elf && own_name.exists() {
+            // SAFETY: the caller guarantees the file holds, from its first byte, code this
+            // engine's identity produced and that it does not change while mapped; wasmer
+            // reads the ELF image's own headers and ignores the bytes after it.
+            unsafe { wasmer::Module::deserialize_from_file(&engine, &own_name) }
+        } else {
+            // SAFETY: the caller guarantees the code is what this engine's identity produced
+            // (the trait's contract); wasmer 7.4 checks nothing itself.
+            let code = artifact.read_code().map_err(read_error)?;
+            // SAFETY: as above.
+            unsafe { wasmer::Module::deserialize(&engine, code) }
+        };
+        let module = loaded.map_err(|err| EngineError::Deserialize(err.to_string()))?;
+        Ok(Arc::new(WasmerModule::new(
+            engine,
+            module,
+            true,
+            &self.identity.triple,
+            image.map(Arc::new),
+            memory_init,
+        )))
     }
 }
 
@@ -369,16 +381,33 @@ struct WasmerModule {
     /// Whether the module has a start function (exported by the checks as
     /// [`checks::START_EXPORT`]).
     has_start: bool,
+    /// The initial memory's image, mapped into each instance's memory, when the module's
+    /// active data segments were emptied for it.
+    image: Option<Arc<Image>>,
+    /// How the memory is initialised, in words.
+    memory_init: String,
     runs_here: bool,
     triple: String,
 }
 
 impl Module for WasmerModule {
-    fn serialize(&self) -> Result<Vec<u8>, EngineError> {
-        self.module
+    fn serialize(&self) -> Result<Serialized, EngineError> {
+        let code = self
+            .module
             .serialize()
             .map(|bytes| bytes.to_vec())
-            .map_err(|err| EngineError::Serialize(err.to_string()))
+            .map_err(|err| EngineError::Serialize(err.to_string()))?;
+        let image = self
+            .image
+            .as_ref()
+            .map(|image| image.read())
+            .transpose()
+            .map_err(|err| EngineError::Serialize(format!("reading the memory image: {err}")))?;
+        Ok(Serialized {
+            code,
+            image,
+            memory_init: self.memory_init.clone(),
+        })
     }
 
     fn run(&self, host: Box<dyn Host>, limits: RunLimits, watchdog: &dyn Watchdog) -> RunResult {
@@ -423,7 +452,14 @@ impl Module for WasmerModule {
 }
 
 impl WasmerModule {
-    fn new(engine: wasmer::Engine, module: wasmer::Module, runs_here: bool, triple: &str) -> Self {
+    fn new(
+        engine: wasmer::Engine,
+        module: wasmer::Module,
+        runs_here: bool,
+        triple: &str,
+        image: Option<Arc<Image>>,
+        memory_init: String,
+    ) -> Self {
         let imports = module
             .imports()
             .map(|import| {
@@ -444,6 +480,8 @@ impl WasmerModule {
             module,
             imports,
             has_start,
+            image,
+            memory_init,
             runs_here,
             triple: triple.to_string(),
         }
@@ -484,7 +522,7 @@ impl WasmerModule {
             Ok(imports) => imports,
             Err(message) => return RunExit::Instantiate(message),
         };
-        let cap = CapScope::enter(limits.max_memory_bytes);
+        let cap = CapScope::enter(limits.max_memory_bytes, self.image.clone());
         // No guest code runs here: the checks took the start function out of instantiation
         // (and the engine identity keeps code without them from being loaded).
         let instance = match Instance::new_by_index(store, &self.module, &imports) {
@@ -495,6 +533,9 @@ impl WasmerModule {
                     limits.max_memory_bytes
                 ))
             }
+            // A segment out of bounds traps while the instance is made: the guest's trap, as
+            // on wasmtime, not a host failure.
+            Err(wasmer::InstantiationError::Start(error)) => return classify(error, &cap, flag),
             Err(error) => return RunExit::Instantiate(error.to_string()),
         };
         flag.attach(&instance, store);
@@ -584,17 +625,43 @@ mod tests {
             .count()
     }
 
+    /// Loads `serialized` as the store does: from a file holding the code from its first
+    /// byte, then the image at the next multiple of the image alignment, then a header.
+    fn load(
+        engine: &WasmerEngine,
+        serialized: &Serialized,
+    ) -> Result<Arc<dyn Module>, EngineError> {
+        use std::io::Write;
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&serialized.code).unwrap();
+        let image = serialized.image.as_ref().map(|image| {
+            let align = hako_engine_api::IMAGE_ALIGN;
+            let offset = (serialized.code.len() as u64).div_ceil(align) * align;
+            let pad = offset as usize - serialized.code.len();
+            file.write_all(&vec![0; pad]).unwrap();
+            file.write_all(&image.bytes).unwrap();
+            hako_engine_api::ImageRegion {
+                offset,
+                len: image.bytes.len() as u64,
+                start: image.start,
+            }
+        });
+        file.write_all(b"a header after the code").unwrap();
+        let artifact = ArtifactFile {
+            file: &file,
+            code_len: serialized.code.len() as u64,
+            image,
+        };
+        // SAFETY: the file holds what this engine just serialized, laid out as the store does.
+        unsafe { engine.load(artifact) }
+    }
+
     #[test]
     fn cranelift_code_for_this_machine_is_an_image_mapped_from_its_file() {
         let engine = WasmerEngine::new(Compiler::Cranelift, None).unwrap();
         let artifact = engine.compile(EMPTY_FUNCTION).unwrap().serialize().unwrap();
-        assert!(artifact.starts_with(ELF_MAGIC), "not an ELF image");
-        // The store's header follows the payload in the same file.
-        let mut file = tempfile::tempfile().unwrap();
-        std::io::Write::write_all(&mut file, &artifact).unwrap();
-        std::io::Write::write_all(&mut file, b"a header after the image").unwrap();
-        // SAFETY: the file holds, from its first byte, what this engine just serialized.
-        let module = unsafe { engine.deserialize_file(&file, Bytes::from(artifact)) };
+        assert!(artifact.code.starts_with(ELF_MAGIC), "not an ELF image");
+        let module = load(&engine, &artifact);
         assert!(module.is_ok(), "{:?}", module.err());
 
         let foreign = if cfg!(target_arch = "x86_64") {
@@ -604,7 +671,7 @@ mod tests {
         };
         let foreign = WasmerEngine::new(Compiler::Cranelift, Some(foreign));
         let foreign = foreign.unwrap().compile(EMPTY_FUNCTION).unwrap();
-        let foreign = foreign.serialize().unwrap();
+        let foreign = foreign.serialize().unwrap().code;
         assert!(
             !foreign.starts_with(ELF_MAGIC),
             "wasmer links images of its own architecture only"
@@ -614,12 +681,11 @@ mod tests {
     #[test]
     fn a_dropped_module_gives_its_code_back() {
         let engine = WasmerEngine::new(Compiler::Cranelift, None).unwrap();
-        let artifact = Bytes::from(engine.compile(EMPTY_FUNCTION).unwrap().serialize().unwrap());
+        let artifact = engine.compile(EMPTY_FUNCTION).unwrap().serialize().unwrap();
         const LOADS: usize = 64;
         let before = code_mappings();
         for _ in 0..LOADS {
-            // SAFETY: `artifact` was made just above by this same engine.
-            let module = unsafe { engine.deserialize(artifact.clone()) }.unwrap();
+            let module = load(&engine, &artifact).unwrap();
             drop(module);
             drop(engine.compile(EMPTY_FUNCTION).unwrap());
         }

@@ -4,8 +4,9 @@
 //!
 //! The cap belongs to a call, but tunables belong to the engine; the link between them is a
 //! thread-local set by [`CapScope`] for the duration of one run on the run's own thread (a
-//! store never leaves the thread it runs on). Memories live in [`crate::pool`]'s reused slots.
-//! This file does not decide what the cap is.
+//! store never leaves the thread it runs on). The same scope carries the module's memory image
+//! ([`crate::image`]) to the first memory the run's instance makes (ABI 1 modules have one).
+//! Memories live in [`crate::pool`]'s reused slots. This file does not decide what the cap is.
 
 use std::cell::RefCell;
 use std::ptr::NonNull;
@@ -17,6 +18,7 @@ use wasmer::{MemoryType, Pages, TableType};
 use wasmer_types::{MemoryError, MemoryStyle, TableStyle};
 use wasmer_vm::{LinearMemory, Trap, VMMemory, VMMemoryDefinition, VMTable, VMTableDefinition};
 
+use crate::image::Image;
 use crate::pool::PooledMemory;
 
 /// What the running call allows, and what happened to it.
@@ -24,6 +26,8 @@ use crate::pool::PooledMemory;
 struct CapState {
     max_pages: u32,
     refused: Arc<AtomicBool>,
+    /// The image for the instance's memory, taken by the first memory made.
+    image: Option<Arc<Image>>,
 }
 
 thread_local! {
@@ -36,13 +40,15 @@ pub(crate) struct CapScope {
 }
 
 impl CapScope {
-    pub(crate) fn enter(max_memory_bytes: u64) -> Self {
+    /// `image` goes to the first memory the instance makes.
+    pub(crate) fn enter(max_memory_bytes: u64, image: Option<Arc<Image>>) -> Self {
         let max_pages = (max_memory_bytes / wasmer::WASM_PAGE_SIZE as u64).min(65_536) as u32;
         let refused = Arc::new(AtomicBool::new(false));
         CURRENT.with(|current| {
             *current.borrow_mut() = Some(CapState {
                 max_pages,
                 refused: Arc::clone(&refused),
+                image,
             })
         });
         Self { refused }
@@ -68,8 +74,17 @@ pub(crate) struct CappedTunables {
 
 impl CappedTunables {
     /// The memory type a run may have, or the refusal when even its minimum is over the cap.
+    /// The state it returns holds the image, taken from the scope.
     fn clamp(ty: &MemoryType) -> Result<(MemoryType, Option<CapState>), MemoryError> {
-        let Some(state) = CURRENT.with(|current| current.borrow().clone()) else {
+        let Some(state) = CURRENT.with(|current| {
+            let mut current = current.borrow_mut();
+            let state = current.as_mut()?;
+            let taken = state.image.take();
+            Some(CapState {
+                image: taken,
+                ..state.clone()
+            })
+        }) else {
             return Ok((*ty, None));
         };
         if ty.minimum.0 > state.max_pages {
@@ -103,8 +118,9 @@ impl Tunables for CappedTunables {
     ) -> Result<VMMemory, MemoryError> {
         let (ty, state) = Self::clamp(ty)?;
         if *style == MemoryStyle::Static && !ty.shared {
-            // SAFETY: without a location the memory owns its definition.
-            let memory = unsafe { PooledMemory::new(&ty, None, state.map(|s| s.refused))? };
+            // SAFETY: without a location the memory owns its definition. A host memory is no
+            // instance's: it gets no image.
+            let memory = unsafe { PooledMemory::new(&ty, None, state.map(|s| s.refused), None)? };
             return Ok(VMMemory(Box::new(memory)));
         }
         let memory = self.base.create_host_memory(&ty, style)?;
@@ -118,13 +134,26 @@ impl Tunables for CappedTunables {
         vm_definition_location: NonNull<VMMemoryDefinition>,
     ) -> Result<VMMemory, MemoryError> {
         let (ty, state) = Self::clamp(ty)?;
+        let image = state.as_ref().and_then(|state| state.image.clone());
         if *style == MemoryStyle::Static && !ty.shared {
             // SAFETY: the caller guarantees the definition location is valid for the memory's
             // life, which is `PooledMemory::new`'s contract.
             let memory = unsafe {
-                PooledMemory::new(&ty, Some(vm_definition_location), state.map(|s| s.refused))?
+                PooledMemory::new(
+                    &ty,
+                    Some(vm_definition_location),
+                    state.map(|s| s.refused),
+                    image.as_deref(),
+                )?
             };
             return Ok(VMMemory(Box::new(memory)));
+        }
+        if image.is_some() {
+            // Only pooled memories map images; an engine whose memories are not static would
+            // need the segments copied, which the module no longer carries.
+            return Err(MemoryError::Generic(
+                "a memory image needs a static, unshared memory".into(),
+            ));
         }
         // SAFETY: the caller's contract (a valid, owned definition location) is passed on
         // unchanged; only the memory type's maximum was lowered.

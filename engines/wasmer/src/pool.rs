@@ -15,10 +15,19 @@
 //! other page (never touched, touched since, or swapped out) is dropped with `MADV_DONTNEED`,
 //! which makes it read as zero. A slot that cannot be reset is unmapped, never reused.
 //!
+//! A memory with an image ([`crate::image`]) has it mapped copy-on-write from its file over
+//! the image's span, so that instantiation copies nothing and only the pages a guest touches
+//! are faulted in (reads share the file's pages; a write copies one page). A slot keeps its
+//! image when released: the reset drops the pages the guest wrote, which makes them read the
+//! file's bytes again, and the next memory of the same module takes such a slot first and maps
+//! nothing. A memory of another module (or none) gets a slot whose image is replaced, by
+//! mapping, never by copying.
+//!
 //! This file owns only memory placement; the cap a memory may grow to is [`crate::memory`]'s.
 
 use std::cell::UnsafeCell;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,6 +35,8 @@ use std::sync::{Arc, Mutex};
 use wasmer::{MemoryType, Pages};
 use wasmer_types::{MemoryError, MemoryStyle, WASM_PAGE_SIZE};
 use wasmer_vm::{LinearMemory, VMMemoryDefinition};
+
+use crate::image::Image;
 
 /// Slots kept idle for reuse; more are unmapped when released.
 const MAX_IDLE: usize = 64;
@@ -44,7 +55,7 @@ const MERGE_GAP_PAGES: usize = 8;
 /// Resets between two scans of which pages are resident.
 const RESCAN_EVERY: u32 = 16;
 
-fn os_page() -> usize {
+pub(crate) fn os_page() -> usize {
     // SAFETY: sysconf has no preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(size).unwrap_or(4096)
@@ -65,6 +76,8 @@ struct Slot {
     resets_since_scan: u32,
     /// The accessible length when `hot` was learnt.
     scanned_length: usize,
+    /// The image mapped over part of the accessible bytes, if any: its id, start and length.
+    image: Option<(u64, usize, usize)>,
 }
 
 // SAFETY: a slot is an address range owned by whoever holds the `Slot`; nothing about it is
@@ -95,7 +108,63 @@ impl Slot {
             hot: Vec::new(),
             resets_since_scan: 0,
             scanned_length: 0,
+            image: None,
         })
+    }
+
+    /// Maps `image` copy-on-write over its span, which must be accessible.
+    fn map_image(&mut self, image: &Image) -> io::Result<()> {
+        debug_assert!(self.image.is_none());
+        if image.start + image.len > self.accessible {
+            return Err(io::Error::other(
+                "the image is larger than the initial memory",
+            ));
+        }
+        let offset = libc::off_t::try_from(image.offset).map_err(io::Error::other)?;
+        // SAFETY: the span lies inside this slot's accessible part, which only this slot uses
+        // and nothing references now; MAP_FIXED replaces exactly those pages. The file holds
+        // the image's bytes at `offset` (verified by the store, or a sealed memory file) and
+        // is at least `offset + len` long, so no access faults past its end.
+        let mapped = unsafe {
+            libc::mmap(
+                self.base.as_ptr().add(image.start).cast(),
+                image.len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_FIXED,
+                image.file.as_raw_fd(),
+                offset,
+            )
+        };
+        if mapped == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        self.image = Some((image.id, image.start, image.len));
+        Ok(())
+    }
+
+    /// Replaces the image's span with zeroed anonymous memory, accessible as before.
+    fn unmap_image(&mut self) -> io::Result<()> {
+        let Some((_, start, len)) = self.image else {
+            return Ok(());
+        };
+        // A slot that cannot be put back as it was must not be reused: the caller drops it.
+        self.image = None;
+        // SAFETY: as in `map_image`; the span was accessible (an image is only mapped over
+        // accessible bytes and the slot is never shrunk below it while mapped).
+        let mapped = unsafe {
+            libc::mmap(
+                self.base.as_ptr().add(start).cast(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if mapped == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Makes exactly the first `bytes` accessible (a multiple of the wasm page size).
@@ -127,6 +196,9 @@ impl Slot {
     /// (`mincore`) only every [`RESCAN_EVERY`] resets, because asking costs more than the rest
     /// of a reset; a page touched outside the hot set in between is dropped like any other, so
     /// a stale hot set costs page faults, never stale data.
+    ///
+    /// An image's span is always dropped: its written pages then read the file's bytes again
+    /// (a private file mapping's own copies are what `MADV_DONTNEED` discards).
     fn reset(&mut self) -> io::Result<()> {
         if self.accessible == 0 {
             return Ok(());
@@ -135,11 +207,27 @@ impl Slot {
             self.scan();
         }
         self.resets_since_scan += 1;
-        let mut cursor = 0;
+        let (image_start, image_end) = self.image_span();
+        if image_end > image_start {
+            self.drop_pages(image_start, image_end - image_start)?;
+        }
+        self.clear(0, image_start)?;
+        self.clear(image_end, self.accessible)
+    }
+
+    /// The image's span, or an empty one at 0.
+    fn image_span(&self) -> (usize, usize) {
+        self.image
+            .map_or((0, 0), |(_, start, len)| (start, start + len))
+    }
+
+    /// Zeroes the bytes from `from` to `to`: the hot ones in place, the others dropped.
+    fn clear(&self, from: usize, to: usize) -> io::Result<()> {
+        let mut cursor = from;
         for &(start, end) in &self.hot {
-            let end = end.min(self.accessible);
+            let (start, end) = (start.max(from), end.min(to));
             if start >= end {
-                break;
+                continue;
             }
             if start > cursor {
                 self.drop_pages(cursor, start - cursor)?;
@@ -149,8 +237,8 @@ impl Slot {
             unsafe { std::ptr::write_bytes(self.base.as_ptr().add(start), 0, end - start) };
             cursor = end;
         }
-        if cursor < self.accessible {
-            self.drop_pages(cursor, self.accessible - cursor)?;
+        if cursor < to {
+            self.drop_pages(cursor, to - cursor)?;
         }
         Ok(())
     }
@@ -176,8 +264,11 @@ impl Slot {
             return;
         }
         let mut hot_bytes = 0;
+        // An image's pages are resident when the file is cached, whoever touched them: they are
+        // never cleared in place.
+        let (image_start, image_end) = self.image_span();
         for (index, state) in resident.iter().enumerate() {
-            if state & 1 == 0 {
+            if state & 1 == 0 || (image_start..image_end).contains(&(index * page)) {
                 continue;
             }
             let start = index * page;
@@ -227,11 +318,20 @@ impl Drop for Slot {
 /// The process's idle slots.
 static IDLE: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
 
-fn take_slot() -> io::Result<Slot> {
-    let idle = IDLE
-        .lock()
-        .unwrap_or_else(|poison| poison.into_inner())
-        .pop();
+/// An idle slot, one that holds `image` first, else one that holds no image; or a new one.
+fn take_slot(image: Option<u64>) -> io::Result<Slot> {
+    let idle = {
+        let mut idle = IDLE.lock().unwrap_or_else(|poison| poison.into_inner());
+        let holds = |slot: &Slot, wanted: Option<u64>| slot.image.map(|(id, ..)| id) == wanted;
+        let found = idle
+            .iter()
+            .rposition(|slot| holds(slot, image))
+            .or_else(|| idle.iter().rposition(|slot| holds(slot, None)));
+        match found {
+            Some(index) => Some(idle.swap_remove(index)),
+            None => idle.pop(),
+        }
+    };
     match idle {
         Some(slot) => Ok(slot),
         None => Slot::reserve(),
@@ -296,10 +396,12 @@ impl PooledMemory {
     ///
     /// # Safety
     /// `location`, when given, must point to a valid memory definition that outlives the memory.
+    /// `image`, when given, is mapped over its span (it must fit in the initial memory).
     pub(crate) unsafe fn new(
         ty: &MemoryType,
         location: Option<NonNull<VMMemoryDefinition>>,
         refused: Option<Arc<AtomicBool>>,
+        image: Option<&Image>,
     ) -> Result<Self, MemoryError> {
         if ty.minimum > Pages::max_value() {
             return Err(MemoryError::MinimumMemoryTooLarge {
@@ -317,10 +419,19 @@ impl PooledMemory {
                 });
             }
         }
-        let mut slot = take_slot().map_err(|err| MemoryError::Region(err.to_string()))?;
+        let region = |err: io::Error| MemoryError::Region(err.to_string());
+        let mut slot = take_slot(image.map(|image| image.id)).map_err(region)?;
+        let wanted = image.map(|image| image.id);
+        if slot.image.map(|(id, ..)| id) != wanted {
+            slot.unmap_image().map_err(region)?;
+        }
         let bytes = ty.minimum.bytes().0;
-        slot.set_accessible(bytes)
-            .map_err(|err| MemoryError::Region(err.to_string()))?;
+        slot.set_accessible(bytes).map_err(region)?;
+        if let Some(image) = image {
+            if slot.image.is_none() {
+                slot.map_image(image).map_err(region)?;
+            }
+        }
         let value = VMMemoryDefinition {
             base: slot.base.as_ptr(),
             current_length: bytes,
@@ -445,7 +556,7 @@ mod tests {
         // slot last learnt as hot are dirtied before a reset.
         for round in 0..(2 * RESCAN_EVERY as usize + 3) {
             // SAFETY: no instance: the memory owns its definition.
-            let mut memory = unsafe { PooledMemory::new(&ty, None, None) }.unwrap();
+            let mut memory = unsafe { PooledMemory::new(&ty, None, None, None) }.unwrap();
             assert!(
                 bytes(&mut memory).iter().all(|byte| *byte == 0),
                 "round {round}"
@@ -466,7 +577,7 @@ mod tests {
         let refused = Arc::new(AtomicBool::new(false));
         // SAFETY: no instance: the memory owns its definition.
         let mut memory =
-            unsafe { PooledMemory::new(&ty, None, Some(Arc::clone(&refused))) }.unwrap();
+            unsafe { PooledMemory::new(&ty, None, Some(Arc::clone(&refused)), None) }.unwrap();
         assert_eq!(memory.grow(Pages(1)).unwrap(), Pages(1));
         assert!(!refused.load(Ordering::Acquire));
         assert!(memory.grow(Pages(1)).is_err());
@@ -479,7 +590,7 @@ mod tests {
     fn a_minimum_above_the_maximum_is_an_error() {
         let ty = MemoryType::new(Pages(3), Some(Pages(2)), false);
         // SAFETY: no instance: the memory owns its definition.
-        let err = unsafe { PooledMemory::new(&ty, None, None) }.unwrap_err();
+        let err = unsafe { PooledMemory::new(&ty, None, None, None) }.unwrap_err();
         assert!(err.to_string().contains("less than the minimum"), "{err}");
     }
 }

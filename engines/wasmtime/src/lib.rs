@@ -23,7 +23,7 @@ mod target;
 
 use std::sync::Arc;
 
-use hako_engine_api::{Bytes, Engine, EngineError, EngineIdentity, Module};
+use hako_engine_api::{ArtifactFile, Engine, EngineError, EngineIdentity, Module};
 use wasmtime::{
     Collector, Config, Enabled, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig,
     Strategy, WasmFeatures,
@@ -233,16 +233,27 @@ impl Engine for WasmtimeEngine {
     }
 
     #[allow(unsafe_code)]
-    unsafe fn deserialize(&self, bytes: Bytes) -> Result<Arc<dyn Module>, EngineError> {
+    unsafe fn load(&self, artifact: ArtifactFile<'_>) -> Result<Arc<dyn Module>, EngineError> {
         if !self.runs_here {
             return Err(EngineError::ForeignTarget {
                 triple: self.identity.triple.clone(),
             });
         }
-        // SAFETY: the caller guarantees `bytes` is an artifact this engine's identity produced
-        // (the trait's contract: the store verified its checksum and header first); wasmtime
-        // checks its own header, version, target and settings besides.
-        let module = unsafe { wasmtime::Module::deserialize(&self.engine, &bytes) }
+        if artifact.image.is_some() {
+            return Err(EngineError::Deserialize(
+                "a wasmtime artifact carries no memory image of hako's".into(),
+            ));
+        }
+        let file = artifact
+            .file
+            .try_clone()
+            .map_err(|err| EngineError::Deserialize(format!("reading: {err}")))?;
+        // SAFETY: the caller guarantees the file holds, from its first byte, code this engine's
+        // identity produced (the trait's contract: the store verified its checksum and header
+        // first) and that it does not change while mapped; wasmtime maps the whole file, reads
+        // its ELF headers (ignoring the store's header after them), checks its own version,
+        // target and settings besides, and maps its memory images straight from the file.
+        let module = unsafe { wasmtime::Module::deserialize_open_file(&self.engine, file) }
             .map_err(|err| EngineError::Deserialize(describe(&err)))?;
         Ok(Arc::new(NativeModule::new(module, self.pool)))
     }

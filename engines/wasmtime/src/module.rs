@@ -7,7 +7,9 @@
 
 use std::sync::Arc;
 
-use hako_engine_api::{EngineError, Host, Module, RunExit, RunLimits, RunResult, Stop, Watchdog};
+use hako_engine_api::{
+    EngineError, Host, Module, RunExit, RunLimits, RunResult, Serialized, Stop, Watchdog,
+};
 use wasmtime::{InstancePre, PoolConcurrencyLimitError, Store, Trap, TypedFunc};
 
 use crate::limits::{self, MemoryCap};
@@ -20,9 +22,18 @@ pub(crate) struct ForeignModule {
     pub(crate) triple: String,
 }
 
+/// wasmtime's code: its data segments stay in it, page-aligned, for its own images.
+fn serialized(code: Vec<u8>) -> Serialized {
+    Serialized {
+        code,
+        image: None,
+        memory_init: "wasmtime's own copy-on-write images, from the code's data section".into(),
+    }
+}
+
 impl Module for ForeignModule {
-    fn serialize(&self) -> Result<Vec<u8>, EngineError> {
-        Ok(self.bytes.clone())
+    fn serialize(&self) -> Result<Serialized, EngineError> {
+        Ok(serialized(self.bytes.clone()))
     }
 
     fn run(&self, host: Box<dyn Host>, _limits: RunLimits, _watchdog: &dyn Watchdog) -> RunResult {
@@ -119,9 +130,10 @@ impl NativeModule {
 }
 
 impl Module for NativeModule {
-    fn serialize(&self) -> Result<Vec<u8>, EngineError> {
+    fn serialize(&self) -> Result<Serialized, EngineError> {
         self.module
             .serialize()
+            .map(serialized)
             .map_err(|err| EngineError::Serialize(describe(&err)))
     }
 
@@ -310,6 +322,27 @@ mod tests {
             (br_if $l (i32.lt_u (local.get $i) (i32.const 1000))))
           (drop (call $yield))))"#;
 
+    /// Loads `code` as the store does: from a file that holds it from its first byte, with
+    /// the store's header after it.
+    fn load(engine: &WasmtimeEngine, code: &[u8]) -> Result<Arc<dyn Module>, EngineError> {
+        use std::io::Write;
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(code).unwrap();
+        file.write_all(b"the store's header follows the code")
+            .unwrap();
+        let artifact = hako_engine_api::ArtifactFile {
+            file: &file,
+            code_len: code.len() as u64,
+            image: None,
+        };
+        #[allow(unsafe_code)]
+        // SAFETY: the code was serialized just now by an engine of this identity, or is
+        // foreign, which the engine refuses before it reads anything.
+        unsafe {
+            engine.load(artifact)
+        }
+    }
+
     #[test]
     fn code_for_another_target_is_compiled_but_never_loaded_or_run() {
         let foreign = if cfg!(target_arch = "aarch64") {
@@ -321,11 +354,9 @@ mod tests {
         assert!(!engine.runs_here());
         assert_eq!(engine.identity().triple, foreign);
         let module = compile(&engine, EXIT_7);
-        let bytes = module.serialize().unwrap();
-        assert!(!bytes.is_empty());
-        #[allow(unsafe_code)]
-        // SAFETY: the engine refuses foreign code before it reads the bytes.
-        let refused = unsafe { engine.deserialize(bytes.into()) };
+        let code = module.serialize().unwrap().code;
+        assert!(!code.is_empty());
+        let refused = load(&engine, &code);
         assert!(matches!(refused, Err(EngineError::ForeignTarget { .. })));
         let (exit, _, seen) = run(&module, MIB);
         assert!(
@@ -338,10 +369,9 @@ mod tests {
     #[test]
     fn an_artifact_loads_back_and_runs() {
         let engine = engine(SMALL_POOL);
-        let bytes = compile(&engine, EXIT_7).serialize().unwrap();
-        #[allow(unsafe_code)]
-        // SAFETY: the bytes were serialized just now by this very engine.
-        let module = unsafe { engine.deserialize(bytes.into()) }.unwrap();
+        let serialized = compile(&engine, EXIT_7).serialize().unwrap();
+        assert!(serialized.image.is_none());
+        let module = load(&engine, &serialized.code).unwrap();
         assert_eq!(run(&module, MIB).0, RunExit::Exited(7));
     }
 

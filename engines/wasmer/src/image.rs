@@ -1,0 +1,394 @@
+//! Memory images: a module's initial linear memory, computed once when the module is compiled,
+//! so that no instance copies its data segments.
+//!
+//! At compile time [`plan`] applies the module's active data segments, in order, to a zeroed
+//! memory of the module's initial size, and keeps the span they touched as the image; the
+//! module handed to wasmer keeps every segment, each active one with its offset and an empty
+//! payload, so that wasmer copies nothing at instantiation while `memory.init` and `data.drop`
+//! mean what they meant (an active segment is dropped after instantiation either way, and
+//! passive ones are untouched). The image is written page-aligned in the artifact beside the
+//! code; an instance maps it copy-on-write into its memory slot (see [`crate::pool`]).
+//!
+//! A module keeps wasmer's own copying when its segments cannot be laid out ahead of time, and
+//! its artifact says so ([`Layout::Copied`]):
+//! - a segment out of the initial memory's bounds, or with an offset that is no `i32.const`
+//!   (instantiation must then trap exactly as it does without images, so nothing changes);
+//! - an image over [`MAX_IMAGE_BYTES`], or one whose span is mostly zeros (over twice the
+//!   segments' bytes plus [`MAX_ZERO_FILL`]): a small module must not make a huge artifact.
+//!
+//! What this file does not do: map anything (the pool does) or verify an artifact (the store
+//! does, before [`Image::from_file`] is called).
+
+use std::fs::File;
+use std::io;
+use std::os::fd::FromRawFd;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hako_engine_api::{MemoryImage, IMAGE_ALIGN};
+use wasmparser::{DataKind, Operator, Parser, Payload};
+
+/// The largest image an artifact carries; a module whose data spans more keeps copying it.
+pub(crate) const MAX_IMAGE_BYTES: u64 = 64 << 20;
+
+/// The zero bytes an image may carry beyond twice its segments' bytes (gaps between segments,
+/// rounding to [`IMAGE_ALIGN`]).
+pub(crate) const MAX_ZERO_FILL: u64 = 1 << 20;
+
+/// How a module's memory gets its initial contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// No active data segment: nothing to copy or map.
+    Nothing,
+    /// An image, and the module to compile (its active segments emptied).
+    Image { image: MemoryImage, module: Vec<u8> },
+    /// wasmer copies the segments at each instantiation, for this reason.
+    Copied(String),
+}
+
+impl Layout {
+    /// The words an artifact and an operator get for this layout.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Layout::Nothing => "no active data segments".into(),
+            Layout::Image { image, .. } => describe_image(image.start, image.bytes.len() as u64),
+            Layout::Copied(why) => format!("data segments copied at each call: {why}"),
+        }
+    }
+}
+
+pub(crate) fn describe_image(start: u64, len: u64) -> String {
+    format!(
+        "memory image of {:.1} MiB at {start:#x}, mapped copy-on-write",
+        len as f64 / (1 << 20) as f64
+    )
+}
+
+/// One active segment, as far as the layout cares.
+struct Segment<'a> {
+    offset: Option<u64>,
+    bytes: &'a [u8],
+}
+
+/// Lays out `wasm`'s initial memory. A module that does not parse keeps copying, so that
+/// compiling it reports wasmer's own error.
+pub(crate) fn plan(wasm: &[u8]) -> Layout {
+    match try_plan(wasm) {
+        Ok(layout) => layout,
+        Err(err) => Layout::Copied(format!("the module does not parse: {err}")),
+    }
+}
+
+fn try_plan(wasm: &[u8]) -> Result<Layout, wasmparser::BinaryReaderError> {
+    let mut memory_bytes: Option<u64> = None;
+    let mut segments = Vec::new();
+    let mut data_section: Option<wasmparser::DataSectionReader<'_>> = None;
+    for payload in Parser::new(0).parse_all(wasm) {
+        match payload? {
+            Payload::ImportSection(imports) => {
+                for import in imports.into_imports() {
+                    if matches!(import?.ty, wasmparser::TypeRef::Memory(_)) {
+                        return Ok(Layout::Copied("the memory is imported".into()));
+                    }
+                }
+            }
+            Payload::MemorySection(memories) => {
+                for memory in memories {
+                    let memory = memory?;
+                    if memory_bytes.is_some() || memory.memory64 || memory.shared {
+                        return Ok(Layout::Copied(
+                            "the memory is not one plain wasm32 one".into(),
+                        ));
+                    }
+                    memory_bytes = Some(memory.initial.saturating_mul(IMAGE_ALIGN));
+                }
+            }
+            Payload::DataSection(data) => {
+                data_section = Some(data.clone());
+                for entry in data {
+                    let entry = entry?;
+                    if let DataKind::Active {
+                        memory_index,
+                        offset_expr,
+                    } = entry.kind
+                    {
+                        if memory_index != 0 {
+                            return Ok(Layout::Copied("a segment names another memory".into()));
+                        }
+                        let mut ops = offset_expr.get_operators_reader();
+                        let offset = match (ops.read()?, ops.read()?) {
+                            (Operator::I32Const { value }, Operator::End) => {
+                                Some(u64::from(value as u32))
+                            }
+                            _ => None,
+                        };
+                        segments.push(Segment {
+                            offset,
+                            bytes: entry.data,
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let (Some(memory_bytes), Some(section)) = (memory_bytes, data_section) else {
+        return Ok(Layout::Nothing);
+    };
+    if segments.is_empty() {
+        return Ok(Layout::Nothing);
+    }
+    let mut low = u64::MAX;
+    let mut high = 0;
+    let mut data_bytes = 0u64;
+    for (index, segment) in segments.iter().enumerate() {
+        let Some(offset) = segment.offset else {
+            return Ok(Layout::Copied(format!(
+                "active segment {index}'s offset is not a constant"
+            )));
+        };
+        let end = offset + segment.bytes.len() as u64;
+        if end > memory_bytes {
+            return Ok(Layout::Copied(format!(
+                "active segment {index} ends at {end}, past the initial memory of \
+                 {memory_bytes} bytes (instantiation traps)"
+            )));
+        }
+        if !segment.bytes.is_empty() {
+            low = low.min(offset);
+            high = high.max(end);
+            data_bytes += segment.bytes.len() as u64;
+        }
+    }
+    if data_bytes == 0 {
+        return Ok(Layout::Nothing);
+    }
+    let start = low / IMAGE_ALIGN * IMAGE_ALIGN;
+    let end = high.div_ceil(IMAGE_ALIGN) * IMAGE_ALIGN;
+    let len = end - start;
+    if len > MAX_IMAGE_BYTES {
+        return Ok(Layout::Copied(format!(
+            "the image would span {len} bytes, over the bound of {MAX_IMAGE_BYTES}"
+        )));
+    }
+    if len > 2 * data_bytes + MAX_ZERO_FILL {
+        return Ok(Layout::Copied(format!(
+            "the image would span {len} bytes for {data_bytes} bytes of data"
+        )));
+    }
+    let mut bytes = vec![0u8; len as usize];
+    for segment in &segments {
+        let at = (segment.offset.unwrap_or(0) - start) as usize;
+        if !segment.bytes.is_empty() {
+            bytes[at..at + segment.bytes.len()].copy_from_slice(segment.bytes);
+        }
+    }
+    let module = emptied(wasm, section)?;
+    Ok(Layout::Image {
+        image: MemoryImage { start, bytes },
+        module,
+    })
+}
+
+/// `wasm` with the data section at `section` rewritten: every active segment keeps its memory
+/// and offset with an empty payload; passive segments are kept whole. Every other section is
+/// copied byte for byte.
+fn emptied(
+    wasm: &[u8],
+    reader: wasmparser::DataSectionReader<'_>,
+) -> Result<Vec<u8>, wasmparser::BinaryReaderError> {
+    let range = reader.range();
+    let section = usize::try_from(range.start).unwrap_or(usize::MAX)
+        ..usize::try_from(range.end).unwrap_or(usize::MAX);
+    let mut data = wasm_encoder::DataSection::new();
+    for entry in reader {
+        let entry = entry?;
+        match entry.kind {
+            DataKind::Passive => {
+                data.passive(entry.data.iter().copied());
+            }
+            DataKind::Active {
+                memory_index,
+                offset_expr,
+            } => {
+                let mut ops = offset_expr.get_operators_reader();
+                let offset = match ops.read()? {
+                    Operator::I32Const { value } => value,
+                    _ => unreachable!("plan refused offsets that are no constant"),
+                };
+                data.active(
+                    memory_index,
+                    &wasm_encoder::ConstExpr::i32_const(offset),
+                    std::iter::empty(),
+                );
+            }
+        }
+    }
+    // The section's id and size precede its contents: the size is a LEB128 of at most 5 bytes.
+    let mut header_start = section.start - 1;
+    while wasm[header_start - 1] & 0x80 != 0 {
+        header_start -= 1;
+    }
+    let header_start = header_start - 1; // the section id
+    let mut out = Vec::with_capacity(wasm.len());
+    out.extend_from_slice(&wasm[..header_start]);
+    wasm_encoder::Section::append_to(&data, &mut out);
+    out.extend_from_slice(&wasm[section.end..]);
+    Ok(out)
+}
+
+/// A memory image ready to map: `len` bytes of `file` from `offset`, for guest address `start`.
+#[derive(Debug)]
+pub(crate) struct Image {
+    /// Unique in the process, so that a pooled slot can tell whether it holds this image.
+    pub(crate) id: u64,
+    pub(crate) file: File,
+    pub(crate) offset: u64,
+    pub(crate) start: usize,
+    pub(crate) len: usize,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Image {
+    /// The image in a sealed memory file of its own (a module just compiled has no artifact
+    /// file yet).
+    pub(crate) fn in_memory(image: &MemoryImage) -> io::Result<Image> {
+        let name = c"hako-memory-image";
+        // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new
+        // descriptor or -1.
+        let fd = unsafe {
+            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the descriptor was just created and nothing else owns it.
+        let file = unsafe { File::from_raw_fd(fd) };
+        file.write_all_at(&image.bytes, 0)?;
+        // Sealed, so that nothing (in this process or another with the descriptor) can change
+        // what instances map.
+        let seals =
+            libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+        // SAFETY: fcntl on a descriptor this function owns.
+        if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self::new(file, 0, image.start, image.bytes.len() as u64))
+    }
+
+    /// The image at `offset` of a verified artifact file. When this machine's pages do not
+    /// divide the offset, the bytes are copied into memory once instead.
+    pub(crate) fn from_file(file: &File, offset: u64, start: u64, len: u64) -> io::Result<Image> {
+        if !offset.is_multiple_of(crate::pool::os_page() as u64) {
+            let mut bytes = vec![0u8; len as usize];
+            file.read_exact_at(&mut bytes, offset)?;
+            return Self::in_memory(&MemoryImage { start, bytes });
+        }
+        Ok(Self::new(file.try_clone()?, offset, start, len))
+    }
+
+    fn new(file: File, offset: u64, start: u64, len: u64) -> Image {
+        Image {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            file,
+            offset,
+            start: start as usize,
+            len: len as usize,
+        }
+    }
+
+    /// The image's bytes, read back (to serialize a module).
+    pub(crate) fn read(&self) -> io::Result<MemoryImage> {
+        let mut bytes = vec![0u8; self.len];
+        self.file.read_exact_at(&mut bytes, self.offset)?;
+        Ok(MemoryImage {
+            start: self.start as u64,
+            bytes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn module(text: &str) -> Vec<u8> {
+        wat::parse_str(text).unwrap()
+    }
+
+    #[test]
+    fn segments_are_applied_in_order_and_emptied() {
+        let wasm = module(
+            r#"(module (memory 4)
+                 (data (i32.const 65540) "abcd")
+                 (data (i32.const 65542) "XY")
+                 (data "passive"))"#,
+        );
+        let Layout::Image { image, module } = plan(&wasm) else {
+            panic!("{:?}", plan(&wasm))
+        };
+        assert_eq!(image.start, 65_536);
+        assert_eq!(image.bytes.len(), 65_536);
+        assert_eq!(&image.bytes[..8], b"\0\0\0\0abXY");
+        // The rewritten module validates, keeps both active segments (empty) and the passive
+        // one whole.
+        wasmparser::Validator::new().validate_all(&module).unwrap();
+        let mut active = Vec::new();
+        let mut passive = Vec::new();
+        for payload in Parser::new(0).parse_all(&module) {
+            if let Payload::DataSection(data) = payload.unwrap() {
+                for entry in data {
+                    let entry = entry.unwrap();
+                    match entry.kind {
+                        DataKind::Active { .. } => active.push(entry.data.len()),
+                        DataKind::Passive => passive.push(entry.data.to_vec()),
+                    }
+                }
+            }
+        }
+        assert_eq!(active, [0, 0]);
+        assert_eq!(passive, [b"passive".to_vec()]);
+    }
+
+    #[test]
+    fn a_segment_out_of_bounds_keeps_copying() {
+        let wasm = module(r#"(module (memory 1) (data (i32.const 65535) "ab"))"#);
+        let layout = plan(&wasm);
+        assert!(
+            matches!(&layout, Layout::Copied(why) if why.contains("past the initial memory")),
+            "{layout:?}"
+        );
+    }
+
+    #[test]
+    fn a_mostly_empty_span_keeps_copying() {
+        let wasm = module(
+            r#"(module (memory 100) (data (i32.const 0) "a") (data (i32.const 6000000) "b"))"#,
+        );
+        assert!(
+            matches!(plan(&wasm), Layout::Copied(_)),
+            "{:?}",
+            plan(&wasm)
+        );
+    }
+
+    #[test]
+    fn no_data_means_nothing_to_map() {
+        assert_eq!(plan(&module("(module (memory 1))")), Layout::Nothing);
+        assert_eq!(
+            plan(&module(r#"(module (memory 1) (data "only passive"))"#)),
+            Layout::Nothing
+        );
+    }
+
+    #[test]
+    fn an_image_in_memory_reads_back() {
+        let image = MemoryImage {
+            start: 0,
+            bytes: vec![7; IMAGE_ALIGN as usize],
+        };
+        let mapped = Image::in_memory(&image).unwrap();
+        assert_eq!(mapped.read().unwrap(), image);
+    }
+}
