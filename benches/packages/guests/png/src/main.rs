@@ -40,10 +40,23 @@ fn thumbnail_tool() -> Value {
         "inputSchema": {
             "type": "object",
             "properties": {
-                "path": {"type": "string", "description": "The PNG to read (default /package/input.png)."},
-                "width": {"type": "integer", "minimum": 1, "maximum": MAX_WIDTH, "description": "The thumbnail's width before rotation (default 160); the height keeps the aspect ratio."},
-                "blur": {"type": "number", "minimum": 0, "maximum": MAX_BLUR, "description": "Gaussian blur sigma in pixels (default 1; 0 for none)."},
-                "rotate": {"type": "integer", "enum": [0, 90, 180, 270], "description": "Degrees clockwise (default 90)."}
+                "path": {
+                    "type": "string",
+                    "description": "The PNG to read (default /package/input.png)."
+                },
+                "width": {
+                    "type": "integer", "minimum": 1, "maximum": MAX_WIDTH,
+                    "description": "The thumbnail's width before rotation (default 160); \
+                        the height keeps the aspect ratio."
+                },
+                "blur": {
+                    "type": "number", "minimum": 0, "maximum": MAX_BLUR,
+                    "description": "Gaussian blur sigma in pixels (default 1; 0 for none)."
+                },
+                "rotate": {
+                    "type": "integer", "enum": [0, 90, 180, 270],
+                    "description": "Degrees clockwise (default 90)."
+                }
             }
         },
         "outputSchema": {
