@@ -21,9 +21,11 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::FromRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::FileExt;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use hako_engine_api::{MemoryImage, IMAGE_ALIGN};
 use wasmparser::{DataKind, Operator, Parser, Payload};
@@ -246,6 +248,28 @@ pub(crate) struct Image {
     pub(crate) offset: u64,
     pub(crate) start: usize,
     pub(crate) len: usize,
+    /// A read-only mapping of the image, made when a reset first restores pages from it.
+    view: OnceLock<Option<View>>,
+}
+
+/// A read-only mapping of an image's bytes (the page cache's pages, shared by every view).
+#[derive(Debug)]
+struct View {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the view is read-only memory that nothing writes while it is mapped (the file is
+// sealed or never written in place); any thread may read it.
+unsafe impl Send for View {}
+// SAFETY: as above.
+unsafe impl Sync for View {}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        // SAFETY: the view was mapped by `Image::view` with this length and is unmapped once.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -295,7 +319,38 @@ impl Image {
             offset,
             start: start as usize,
             len: len as usize,
+            view: OnceLock::new(),
         }
+    }
+
+    /// The image's bytes, as a read-only mapping made on first use; `None` when it cannot be
+    /// mapped (the caller then resets by mapping instead).
+    pub(crate) fn bytes(&self) -> Option<&[u8]> {
+        let view = self.view.get_or_init(|| {
+            let offset = libc::off_t::try_from(self.offset).ok()?;
+            // SAFETY: a new read-only mapping at an address of the kernel's choosing; the file
+            // is at least `offset + len` long (verified by the store, or a sealed memory file).
+            let base = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    self.len,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE,
+                    self.file.as_raw_fd(),
+                    offset,
+                )
+            };
+            if base == libc::MAP_FAILED {
+                return None;
+            }
+            Some(View {
+                base: NonNull::new(base.cast())?,
+                len: self.len,
+            })
+        });
+        // SAFETY: the mapping is `len` readable bytes and lives as long as `self`.
+        view.as_ref()
+            .map(|view| unsafe { std::slice::from_raw_parts(view.base.as_ptr(), view.len) })
     }
 
     /// The image's bytes, read back (to serialize a module).
@@ -390,5 +445,6 @@ mod tests {
         };
         let mapped = Image::in_memory(&image).unwrap();
         assert_eq!(mapped.read().unwrap(), image);
+        assert_eq!(mapped.bytes().unwrap(), &image.bytes[..]);
     }
 }

@@ -135,6 +135,7 @@ impl Tunables for CappedTunables {
     ) -> Result<VMMemory, MemoryError> {
         let (ty, state) = Self::clamp(ty)?;
         let image = state.as_ref().and_then(|state| state.image.clone());
+        let has_image = image.is_some();
         if *style == MemoryStyle::Static && !ty.shared {
             // SAFETY: the caller guarantees the definition location is valid for the memory's
             // life, which is `PooledMemory::new`'s contract.
@@ -143,12 +144,12 @@ impl Tunables for CappedTunables {
                     &ty,
                     Some(vm_definition_location),
                     state.map(|s| s.refused),
-                    image.as_deref(),
+                    image,
                 )?
             };
             return Ok(VMMemory(Box::new(memory)));
         }
-        if image.is_some() {
+        if has_image {
             // Only pooled memories map images; an engine whose memories are not static would
             // need the segments copied, which the module no longer carries.
             return Err(MemoryError::Generic(
