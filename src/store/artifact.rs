@@ -5,8 +5,8 @@
 //! Loading an artifact is the dangerous act: wasmer 7.4 checks nothing when it deserializes,
 //! and a foreign artifact (another target, another version) loads "fine" and then crashes the
 //! process. So every file carries a header naming its identity, the module it came from, and
-//! the length and checksum of its payload, and every load verifies all of them before
-//! the payload reaches the engine. Files are written to a temporary name with create-new,
+//! the lengths and checksums of its code and memory image, and every load verifies all of them
+//! before the engine sees either. Files are written to a temporary name with create-new,
 //! synced, then renamed, so a reader never sees half a file. The contract that the directory is
 //! hako's own sits on one constructor, [`ArtifactCache::open_trusted`].
 //!
@@ -18,9 +18,10 @@
 //! never read into memory to run. The header trails both, and records their lengths and
 //! checksums.
 //!
-//! A load reads the header and the code (one `pread` each: a mapping cost more, a page-table
-//! entry per page made and torn down again) and verifies both the code and the image against
-//! their checksums before the engine sees either. The checksum is XXH3-128: it guards against
+//! A load reads the header (one `pread` of the file's tail), checks where it puts the code and
+//! the image, and verifies both against their checksums, reading them a block at a time (a
+//! mapping cost more: a page-table entry per page made and torn down again), before the engine
+//! sees either; the engine then reads or maps the code and maps the image itself. The checksum is XXH3-128: it guards against
 //! corruption (a torn or damaged file), not against someone who can write the trusted
 //! directory. Hashing an 8 MiB image costs more than the rest of a load, so a file is verified
 //! once per process and remembered as verified ([`Verified`]) while it is the same file: the
