@@ -24,7 +24,7 @@
 //! sees either; the engine then reads or maps the code and maps the image itself. The checksum is XXH3-128: it guards against
 //! corruption (a torn or damaged file), not against someone who can write the trusted
 //! directory. Hashing an 8 MiB image costs more than the rest of a load, so a file is verified
-//! once per process and remembered as verified ([`Verified`]) while it is the same file: the
+//! once per process and remembered as verified (`Verified`) while it is the same file: the
 //! same inode, held open so that its number cannot be given to another file, with the same
 //! size, modification and change times. Anything that writes to the file changes its times and
 //! makes the next load verify it again; hako itself never changes an artifact in place (it
