@@ -24,7 +24,6 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::FileExt;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use hako_engine_api::{MemoryImage, IMAGE_ALIGN};
@@ -242,8 +241,6 @@ fn emptied(
 /// A memory image ready to map: `len` bytes of `file` from `offset`, for guest address `start`.
 #[derive(Debug)]
 pub(crate) struct Image {
-    /// Unique in the process, so that a pooled slot can tell whether it holds this image.
-    pub(crate) id: u64,
     pub(crate) file: File,
     pub(crate) offset: u64,
     pub(crate) start: usize,
@@ -272,8 +269,6 @@ impl Drop for View {
     }
 }
 
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
 impl Image {
     /// The image in a sealed memory file of its own (a module just compiled has no artifact
     /// file yet).
@@ -301,20 +296,14 @@ impl Image {
         Ok(Self::new(file, 0, image.start, image.bytes.len() as u64))
     }
 
-    /// The image at `offset` of a verified artifact file. When this machine's pages do not
-    /// divide the offset, the bytes are copied into memory once instead.
+    /// The image at `offset` of a verified artifact file (a multiple of [`IMAGE_ALIGN`], which
+    /// every page size of Linux on x86-64 and aarch64 divides, so it can always be mapped).
     pub(crate) fn from_file(file: &File, offset: u64, start: u64, len: u64) -> io::Result<Image> {
-        if !offset.is_multiple_of(crate::pool::os_page() as u64) {
-            let mut bytes = vec![0u8; len as usize];
-            file.read_exact_at(&mut bytes, offset)?;
-            return Self::in_memory(&MemoryImage { start, bytes });
-        }
         Ok(Self::new(file.try_clone()?, offset, start, len))
     }
 
     fn new(file: File, offset: u64, start: u64, len: u64) -> Image {
         Image {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             file,
             offset,
             start: start as usize,

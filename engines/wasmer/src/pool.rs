@@ -90,8 +90,10 @@ struct Slot {
     resets_since_scan: u32,
     /// The accessible length when `hot` was learnt.
     scanned_length: usize,
-    /// The image mapped over part of the accessible bytes, if any: its id, start and length.
-    image: Option<(u64, usize, usize)>,
+    /// The image mapped over part of the accessible bytes, if any. Held while the slot is idle
+    /// too (its file stays open), so that the next memory of the same module, which asks for
+    /// this very image, maps nothing.
+    image: Option<Arc<Image>>,
 }
 
 // SAFETY: a slot is an address range owned by whoever holds the `Slot`; nothing about it is
@@ -126,8 +128,17 @@ impl Slot {
         })
     }
 
+    /// Whether the slot holds `image` (or, for `None`, no image).
+    fn holds(&self, image: Option<&Arc<Image>>) -> bool {
+        match (&self.image, image) {
+            (Some(held), Some(wanted)) => Arc::ptr_eq(held, wanted),
+            (None, None) => true,
+            _ => false,
+        }
+    }
+
     /// Maps `image` copy-on-write over its span, which must be accessible.
-    fn map_image(&mut self, image: &Image) -> io::Result<()> {
+    fn map_image(&mut self, image: &Arc<Image>) -> io::Result<()> {
         debug_assert!(self.image.is_none());
         if image.start + image.len > self.accessible {
             return Err(io::Error::other(
@@ -152,17 +163,17 @@ impl Slot {
         if mapped == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        self.image = Some((image.id, image.start, image.len));
+        self.image = Some(Arc::clone(image));
         Ok(())
     }
 
     /// Replaces the image's span with zeroed anonymous memory, accessible as before.
     fn unmap_image(&mut self) -> io::Result<()> {
-        let Some((_, start, len)) = self.image else {
+        // A slot that cannot be put back as it was must not be reused: the caller drops it.
+        let Some(image) = self.image.take() else {
             return Ok(());
         };
-        // A slot that cannot be put back as it was must not be reused: the caller drops it.
-        self.image = None;
+        let (start, len) = (image.start, image.len);
         // SAFETY: as in `map_image`; the span was accessible (an image is only mapped over
         // accessible bytes and the slot is never shrunk below it while mapped).
         let mapped = unsafe {
@@ -211,11 +222,8 @@ impl Slot {
     /// of a reset; a page touched outside the hot set in between is dropped like any other, so
     /// a stale hot set costs page faults, never stale data.
     ///
-    /// An image's span is always dropped: its written pages then read the file's bytes again
-    /// (a private file mapping's own copies are what `MADV_DONTNEED` discards).
-    ///
-    /// `image` is the slot's image, which the written pages of its span are restored from.
-    fn reset(&mut self, image: Option<&Image>) -> io::Result<()> {
+    /// An image's span gets the image's bytes back (see [`Slot::restore_image`]).
+    fn reset(&mut self) -> io::Result<()> {
         if self.accessible == 0 {
             return Ok(());
         }
@@ -224,9 +232,8 @@ impl Slot {
         }
         self.resets_since_scan += 1;
         let (image_start, image_end) = self.image_span();
-        if image_end > image_start {
-            let image = image.filter(|image| self.image.map(|(id, ..)| id) == Some(image.id));
-            self.restore_image(image_start, image_end, image.and_then(Image::bytes))?;
+        if let Some(image) = &self.image {
+            self.restore_image(image_start, image_end, image.bytes())?;
         }
         self.clear(0, image_start)?;
         self.clear(image_end, self.accessible)
@@ -262,7 +269,8 @@ impl Slot {
     /// The image's span, or an empty one at 0.
     fn image_span(&self) -> (usize, usize) {
         self.image
-            .map_or((0, 0), |(_, start, len)| (start, start + len))
+            .as_ref()
+            .map_or((0, 0), |image| (image.start, image.start + image.len))
     }
 
     /// Zeroes the bytes from `from` to `to`: the hot ones in place, the others dropped.
@@ -364,7 +372,6 @@ impl Drop for Slot {
 /// offset ranges. `None` when the kernel cannot say (before Linux 6.7, under an emulator) or
 /// when there are too many separate runs to list.
 fn written_pages(base: NonNull<u8>, start: usize, end: usize) -> Option<Vec<(usize, usize)>> {
-    use std::os::fd::AsRawFd;
     /// `struct pm_scan_arg` of `linux/fs.h`.
     #[repr(C)]
     struct ScanArg {
@@ -442,14 +449,13 @@ fn written_pages(base: NonNull<u8>, start: usize, end: usize) -> Option<Vec<(usi
 static IDLE: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
 
 /// An idle slot, one that holds `image` first, else one that holds no image; or a new one.
-fn take_slot(image: Option<u64>) -> io::Result<Slot> {
+fn take_slot(image: Option<&Arc<Image>>) -> io::Result<Slot> {
     let idle = {
         let mut idle = IDLE.lock().unwrap_or_else(|poison| poison.into_inner());
-        let holds = |slot: &Slot, wanted: Option<u64>| slot.image.map(|(id, ..)| id) == wanted;
         let found = idle
             .iter()
-            .rposition(|slot| holds(slot, image))
-            .or_else(|| idle.iter().rposition(|slot| holds(slot, None)));
+            .rposition(|slot| slot.holds(image))
+            .or_else(|| idle.iter().rposition(|slot| slot.holds(None)));
         match found {
             Some(index) => Some(idle.swap_remove(index)),
             None => idle.pop(),
@@ -461,8 +467,8 @@ fn take_slot(image: Option<u64>) -> io::Result<Slot> {
     }
 }
 
-fn give_back(mut slot: Slot, image: Option<&Image>) {
-    if slot.reset(image).is_err() {
+fn give_back(mut slot: Slot) {
+    if slot.reset().is_err() {
         return; // unmapped by its drop, never reused
     }
     let mut idle = IDLE.lock().unwrap_or_else(|poison| poison.into_inner());
@@ -491,8 +497,6 @@ impl Definition {
 /// A linear memory in a pooled slot, which records when a grow is refused.
 pub(crate) struct PooledMemory {
     slot: Option<Slot>,
-    /// The image mapped into the slot, which its reset restores from.
-    image: Option<Arc<Image>>,
     definition: Definition,
     ty: MemoryType,
     size: Pages,
@@ -545,9 +549,8 @@ impl PooledMemory {
             }
         }
         let region = |err: io::Error| MemoryError::Region(err.to_string());
-        let wanted = image.as_ref().map(|image| image.id);
-        let mut slot = take_slot(wanted).map_err(region)?;
-        if slot.image.map(|(id, ..)| id) != wanted {
+        let mut slot = take_slot(image.as_ref()).map_err(region)?;
+        if !slot.holds(image.as_ref()) {
             slot.unmap_image().map_err(region)?;
         }
         let bytes = ty.minimum.bytes().0;
@@ -571,7 +574,6 @@ impl PooledMemory {
         };
         Ok(Self {
             slot: Some(slot),
-            image,
             definition,
             ty: *ty,
             size: ty.minimum,
@@ -657,7 +659,7 @@ impl LinearMemory for PooledMemory {
 impl Drop for PooledMemory {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            give_back(slot, self.image.as_deref());
+            give_back(slot);
         }
     }
 }
