@@ -35,7 +35,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -233,20 +233,26 @@ impl ArtifactCache {
         engine: &dyn Engine,
     ) -> Result<Option<Arc<dyn Module>>, ArtifactError> {
         let path = self.path(key);
-        match fs::symlink_metadata(&path) {
-            Ok(metadata) if !metadata.file_type().is_file() => {
-                return Err(ArtifactError::Refused {
-                    path,
-                    reason: "it is not a regular file".into(),
-                })
-            }
-            Ok(_) => {}
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(ArtifactError::Read { path, source }),
-        }
-        let file = match fs::File::open(&path) {
+        let not_a_file = |path| ArtifactError::Refused {
+            path,
+            reason: "it is not a regular file".into(),
+        };
+        // One open and one `fstat` tell a missing file, a link (refused by `O_NOFOLLOW`), a
+        // folder or a device (`O_NONBLOCK`: a FIFO does not block the open) from an artifact,
+        // and give the identity of the very file that is then verified and loaded.
+        let opened = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path);
+        let file = match opened {
             Ok(file) => file,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(err) if err.raw_os_error() == Some(libc::ELOOP) => return Err(not_a_file(path)),
+            Err(source) => return Err(ArtifactError::Read { path, source }),
+        };
+        let metadata = match file.metadata() {
+            Ok(metadata) if metadata.is_file() => metadata,
+            Ok(_) => return Err(not_a_file(path)),
             Err(source) => return Err(ArtifactError::Read { path, source }),
         };
         if engine.identity() != &key.identity {
@@ -267,7 +273,7 @@ impl ArtifactCache {
             path: path.clone(),
             reason,
         };
-        let layout = read_verified(&file, key, &self.verified)
+        let layout = read_verified(&file, &metadata, key, &self.verified)
             .map_err(read_error)?
             .map_err(refused)?;
         // SAFETY: the cache directory is trusted (`open_trusted`'s contract), and the code and
@@ -291,12 +297,13 @@ impl ArtifactCache {
 /// Where the code and image of the artifact `file` for `key` lie, once its header matches
 /// `key`, its layout matches the file and its checksums match the header (or the very same file
 /// was verified before, as `verified` remembers); or why not.
+/// `metadata` is the open file's own.
 fn read_verified(
     file: &fs::File,
+    metadata: &fs::Metadata,
     key: &ArtifactKey,
     verified: &Verified,
 ) -> std::io::Result<Result<Layout, String>> {
-    let metadata = file.metadata()?;
     let (header, header_start) = match read_header(file, metadata.len())? {
         Ok(found) => found,
         Err(reason) => return Ok(Err(reason)),
@@ -305,7 +312,7 @@ fn read_verified(
         Ok(layout) => layout,
         Err(reason) => return Ok(Err(reason)),
     };
-    let identity = FileIdentity::of(&metadata);
+    let identity = FileIdentity::of(metadata);
     if !verified.holds(&identity) {
         if checksum_range(file, 0, layout.code_len)? != header.code_xxh3 {
             return Ok(Err("the code's checksum does not match its header".into()));
@@ -580,7 +587,7 @@ mod tests {
     fn verify(bytes: &[u8], key: &ArtifactKey) -> Result<Layout, String> {
         let mut file = tempfile::tempfile().unwrap();
         file.write_all(bytes).unwrap();
-        read_verified(&file, key, &Verified::default()).unwrap()
+        read_verified(&file, &file.metadata().unwrap(), key, &Verified::default()).unwrap()
     }
 
     /// `bytes` with its header replaced by what `change` makes of it.
@@ -637,12 +644,14 @@ mod tests {
         let verified = Verified::default();
         let mut file = tempfile::tempfile().unwrap();
         file.write_all(&encoded(&key, 2)).unwrap();
-        assert!(read_verified(&file, &key, &verified).unwrap().is_ok());
+        let verify =
+            |file: &fs::File| read_verified(file, &file.metadata().unwrap(), &key, &verified);
+        assert!(verify(&file).unwrap().is_ok());
         // The same bytes but one, written in place: the file's times change with the write,
         // however soon it follows (a sleep makes that so on file systems of coarse clocks).
         std::thread::sleep(std::time::Duration::from_millis(20));
         file.write_all_at(&[0], IMAGE_ALIGN + 5).unwrap();
-        let err = read_verified(&file, &key, &verified).unwrap().unwrap_err();
+        let err = verify(&file).unwrap().unwrap_err();
         assert!(err.contains("memory image's checksum"), "{err}");
     }
 
