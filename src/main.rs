@@ -20,7 +20,7 @@ fn main() -> ExitCode {
             match &failure {
                 Failure::Host(err) => eprintln!("hako: error: {}", cli::error_line(err)),
                 Failure::Usage(message) => eprintln!("hako: {message}"),
-                Failure::Refused | Failure::Crashed => {}
+                Failure::Refused | Failure::Crashed | Failure::Exit(_) => {}
             }
             failure.exit_code()
         }

@@ -5,6 +5,7 @@
 //! `call` owns the call contract; it does not load modules (that is `store`), implement WASI
 //! (that is `sandbox`) or parse lines (that is `protocol`).
 
+mod command;
 mod deadline;
 mod discover;
 mod outcome;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use hako_engine_api::Module;
 use simd_json::BorrowedValue;
 
+pub use command::{run_command, Command, CommandExit, Mount, StreamFailure, Streams};
 pub use discover::{discover, Discovery, DiscoveryError};
 pub use outcome::{CallOutcome, CallStats, Crash, CrashKind};
 pub use runner::{Limits, Mounts, Network, RunError, VolumeTmp};

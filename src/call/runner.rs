@@ -18,7 +18,7 @@ use super::deadline::{CallTimer, DeadlineKind};
 use super::outcome::{Crash, CrashKind};
 use super::session::{Conversation, Session};
 use crate::http::{Broker, HttpImports, PackagePolicy, VolumeDirs, VolumeRoot};
-use crate::sandbox::{Cancel, Preopen, PreopenDir, SandboxConfig, Wasi, WriteBudget};
+use crate::sandbox::{Cancel, Preopen, PreopenDir, SandboxConfig, Stdio, Wasi, WriteBudget};
 
 /// The limits of one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,12 +139,12 @@ impl Drop for CallVolume {
 }
 
 /// The engine-neutral host of one run: WASI for the sandbox, `subako_http` for HTTP.
-struct CallHost<C: Conversation> {
-    wasi: Wasi<Session<C>>,
+struct CallHost<S: Stdio> {
+    wasi: Wasi<S>,
     http: HttpImports,
 }
 
-impl<C: Conversation + 'static> Host for CallHost<C> {
+impl<S: Stdio + 'static> Host for CallHost<S> {
     fn call(&mut self, import: Import, args: &[u64], memory: &mut [u8]) -> Result<i32, Stop> {
         match import {
             Import::HttpRequest | Import::HttpReadResponse => {
@@ -156,6 +156,59 @@ impl<C: Conversation + 'static> Host for CallHost<C> {
 
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
+    }
+}
+
+/// The `subako_http` imports of one run: the network's policy and broker, charging `budget`,
+/// with `volume` as the folders of file bodies, stopping at `deadline` or when `cancel` is set.
+pub(super) fn http_imports(
+    network: &Network,
+    budget: Arc<WriteBudget>,
+    deadline: Instant,
+    volume: VolumeDirs,
+    cancel: Arc<Cancel>,
+) -> HttpImports {
+    HttpImports::new(
+        Arc::clone(&network.policy),
+        Arc::clone(&network.broker),
+        budget,
+        Some(deadline),
+    )
+    .with_volume(volume)
+    .with_cancel(cancel)
+}
+
+/// How a run of [`run_host`] ended, with the stdio handed back.
+pub(super) struct HostRun<S> {
+    pub exit: RunExit,
+    pub stdio: S,
+    pub memory_bytes: u64,
+}
+
+/// Runs `module` once on `wasi` and `http`, bounded by `limits`' memory cap and `timer`.
+pub(super) fn run_host<S: Stdio + 'static>(
+    module: &Arc<dyn Module>,
+    wasi: Wasi<S>,
+    http: HttpImports,
+    limits: Limits,
+    timer: &CallTimer,
+) -> HostRun<S> {
+    let result = module.run(
+        Box::new(CallHost { wasi, http }),
+        RunLimits {
+            max_memory_bytes: limits.max_memory_bytes,
+        },
+        timer,
+    );
+    let host = result
+        .host
+        .into_any()
+        .downcast::<CallHost<S>>()
+        .expect("the engine hands back the host it was given");
+    HostRun {
+        exit: result.exit,
+        stdio: host.wasi.into_stdio(),
+        memory_bytes: result.memory_bytes,
     }
 }
 
@@ -287,37 +340,18 @@ pub fn run<C: Conversation + 'static>(
         },
         session,
     );
-    let http = HttpImports::new(
-        Arc::clone(&network.policy),
-        Arc::clone(&network.broker),
-        budget,
-        Some(deadline),
-    )
-    .with_volume(volume.0.clone())
-    .with_cancel(cancel);
-    let host = Box::new(CallHost { wasi, http });
-    let result = module.run(
-        host,
-        RunLimits {
-            max_memory_bytes: limits.max_memory_bytes,
-        },
-        timer.as_ref(),
-    );
+    let http = http_imports(network, budget, deadline, volume.0.clone(), cancel);
+    let ran = run_host(module, wasi, http, limits, timer.as_ref());
     let run_us = started.elapsed().as_micros() as u64;
     let fired = timer.fired();
-    let host = result
-        .host
-        .into_any()
-        .downcast::<CallHost<C>>()
-        .expect("the engine hands back the host it was given");
-    let mut session = host.wasi.into_stdio();
+    let mut session = ran.stdio;
     let past_deadline = Instant::now() >= deadline;
-    let crash = judge(&mut session, result.exit, fired, past_deadline, limits)?;
+    let crash = judge(&mut session, ran.exit, fired, past_deadline, limits)?;
     Ok(Ran {
         crash,
         session,
         run_us,
-        memory_bytes: result.memory_bytes,
+        memory_bytes: ran.memory_bytes,
         volume,
         _skills: skills_folder,
     })

@@ -4,16 +4,13 @@
 
 use std::io::Read;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 
+use super::flags::{EngineArgs, LimitArgs, NetworkArgs};
 use super::{note, Failure, Target};
-use crate::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
-use crate::engines::{self, Compiler, EngineConfig, EngineKind};
-use crate::http::{LazyBroker, Policy};
+use crate::call::{self, CallOutcome, CallStats, Mounts, ToolRequest, VolumeTmp};
 use crate::protocol::ShownBlock;
 use crate::store::{ModuleSpec, Source};
 
@@ -28,12 +25,8 @@ pub struct CallArgs {
     /// The store folder (default: $HAKO_STORE, else ./.hako).
     #[arg(long, env = "HAKO_STORE")]
     store: Option<PathBuf>,
-    /// The engine to run on: wasmer, or wasmtime in a build with it (default: wasmer).
-    #[arg(long, value_parser = engines::parse_engine, default_value = "wasmer")]
-    engine: EngineKind,
-    /// The compiler whose code runs (default: cranelift).
-    #[arg(long, value_parser = engines::parse_compiler)]
-    compiler: Option<Compiler>,
+    #[command(flatten)]
+    engine: EngineArgs,
     /// Use DIR as /volume/tmp and keep it (default: a fresh folder, removed after the call).
     #[arg(long, value_name = "DIR")]
     volume: Option<PathBuf>,
@@ -43,21 +36,10 @@ pub struct CallArgs {
     /// Mount DIR read-only as /skills/NAME (repeatable).
     #[arg(long = "skill", value_name = "NAME=DIR", value_parser = parse_skill)]
     skills: Vec<(String, PathBuf)>,
-    /// Allow the function to reach HOST through subako_http (repeatable).
-    #[arg(long = "allow-host", value_name = "HOST")]
-    allow_hosts: Vec<String>,
-    /// The operator policy file (allowlists, credentials).
-    #[arg(long, value_name = "FILE")]
-    policy: Option<PathBuf>,
-    /// The call's time limit in milliseconds (default: 30000).
-    #[arg(long, value_name = "MS")]
-    timeout: Option<u64>,
-    /// The guest's memory cap in MiB (default: 256).
-    #[arg(long, value_name = "MIB")]
-    memory: Option<u64>,
-    /// How many bytes the guest may write to files (default: 1 GiB).
-    #[arg(long, value_name = "BYTES")]
-    write_budget: Option<u64>,
+    #[command(flatten)]
+    network: NetworkArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// Print one outcome object as JSON.
     #[arg(long)]
     json: bool,
@@ -102,31 +84,10 @@ fn arguments(text: Option<&str>) -> Result<serde_json::Value, Failure> {
     }
 }
 
-fn limits(args: &CallArgs) -> Result<Limits, Failure> {
-    let mut limits = Limits::CALL;
-    if let Some(ms) = args.timeout {
-        if ms == 0 {
-            return Err(Failure::Usage("--timeout must be at least 1 ms".into()));
-        }
-        limits.timeout = Duration::from_millis(ms);
-    }
-    if let Some(mib) = args.memory {
-        if mib == 0 || mib > 4096 {
-            return Err(Failure::Usage("--memory must be 1 to 4096 MiB".into()));
-        }
-        limits.max_memory_bytes = mib * 1024 * 1024;
-    }
-    if let Some(bytes) = args.write_budget {
-        limits.write_budget = bytes;
-    }
-    Ok(limits)
-}
-
 pub fn run(args: CallArgs) -> Result<(), Failure> {
-    let config =
-        EngineConfig::new(args.engine, args.compiler).map_err(|e| Failure::Usage(e.to_string()))?;
+    let config = args.engine.config()?;
     let arguments = arguments(args.arguments.as_deref())?;
-    let limits = limits(&args)?;
+    let limits = args.limits.limits()?;
     let store = super::open_store(args.store.as_deref())?;
 
     // What to run: a package on disk (checked now), or a stored one (checked at upload).
@@ -165,14 +126,7 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
         }
     };
 
-    let policy = match &args.policy {
-        Some(path) => Policy::from_file(path).map_err(|err| Failure::Usage(err.to_string()))?,
-        None => Policy::empty(),
-    };
-    let package_policy = policy
-        .for_package(&name, &args.allow_hosts)
-        .map_err(|err| Failure::Usage(err.to_string()))?;
-    let broker = LazyBroker::new(&policy.tls).map_err(|err| Failure::Usage(err.to_string()))?;
+    let network = args.network.network(&name)?;
 
     let loaded = store
         .load_module(
@@ -203,10 +157,7 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
             package_assets: assets,
             skills: args.skills.clone(),
         },
-        network: Network {
-            policy: Arc::new(package_policy),
-            broker: Arc::new(broker),
-        },
+        network,
     };
     let stats = CallStats {
         compiled: loaded.source == Source::Compiled,

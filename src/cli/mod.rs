@@ -1,7 +1,8 @@
 //! The command line: one file per subcommand, each turning its arguments into calls of the
 //! library and its results into output and an exit status. What a status means:
 //! 0 the function answered (even with `isError`) or the command succeeded, 1 the package was
-//! refused or the host failed, 2 a usage error, 3 the function crashed.
+//! refused or the host failed, 2 a usage error, 3 the function crashed; `hako run` exits with
+//! its guest's status instead (see `run`).
 //!
 //! The CLI owns no ABI rule; it only chooses and reports.
 
@@ -18,6 +19,8 @@ macro_rules! outln {
 mod bench;
 mod call;
 mod check;
+mod flags;
+mod run;
 mod serve;
 mod tools;
 mod upload;
@@ -52,6 +55,9 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Compare engines side by side on one tool of a package.
     Bench(bench::BenchArgs),
+    /// Run a WASI preview 1 command (a module or a package's) with this process's stdio; not
+    /// an ABI call. Exits with the guest's status.
+    Run(run::RunArgs),
 }
 
 /// How a command failed, and so which exit status it gets.
@@ -69,6 +75,9 @@ pub enum Failure {
     /// The host failed.
     #[error(transparent)]
     Host(#[from] anyhow::Error),
+    /// `hako run` ends with this status; anything to say was already said.
+    #[error("exit status {0}")]
+    Exit(u8),
 }
 
 impl Failure {
@@ -78,6 +87,7 @@ impl Failure {
             Failure::Refused | Failure::Host(_) => ExitCode::from(1),
             Failure::Usage(_) => ExitCode::from(2),
             Failure::Crashed => ExitCode::from(3),
+            Failure::Exit(status) => ExitCode::from(*status),
         }
     }
 }
@@ -97,6 +107,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Call(args) => call::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Run(args) => run::run(args),
     }
 }
 

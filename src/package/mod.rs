@@ -230,6 +230,53 @@ fn read_manifest(root: &Path, problems: &mut Vec<Problem>) -> Result<Option<Mani
     }
 }
 
+/// A module file on its own, outside any package (what `hako run` runs), that passed the
+/// module's checks.
+#[derive(Debug)]
+pub struct ModuleFile {
+    pub wasm: Vec<u8>,
+    /// The SHA-256 of the module's bytes, in lowercase hex.
+    pub module_sha256: String,
+    pub uses_simd: bool,
+}
+
+/// Whether `path` is a file that starts as a WebAssembly binary does (`\0asm`).
+pub fn is_module_file(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    fs::File::open(path)
+        .and_then(|mut file| file.read_exact(&mut magic))
+        .is_ok()
+        && magic == *b"\0asm"
+}
+
+/// Reads the module file at `path` and checks it as a package's module is checked: the same
+/// size limit, and the same rules with the same reasons.
+pub fn load_module_file(path: &Path) -> Result<ModuleFile, LoadError> {
+    let wasm =
+        match read_limited(path, MAX_MODULE_BYTES) {
+            Ok(Limited::Read(bytes)) => bytes,
+            Ok(Limited::Missing) => {
+                return Err(LoadError::io(
+                    path,
+                    io::Error::new(io::ErrorKind::NotFound, "no such file"),
+                ))
+            }
+            Ok(Limited::TooLarge(size)) => return Err(LoadError::refused(vec![Problem::new(
+                "module.size",
+                format!(
+                    "the module is {size} bytes; at most {MAX_MODULE_BYTES} (64 MiB) are allowed"
+                ),
+            )])),
+            Err(source) => return Err(LoadError::io(path, source)),
+        };
+    let facts = check_module(&wasm).map_err(LoadError::refused)?;
+    Ok(ModuleFile {
+        module_sha256: hex::encode(Sha256::digest(&wasm)),
+        wasm,
+        uses_simd: facts.uses_simd,
+    })
+}
+
 fn read_module(root: &Path, problems: &mut Vec<Problem>) -> Result<Option<Vec<u8>>, LoadError> {
     let path = root.join(MODULE_FILE);
     match read_limited(&path, MAX_MODULE_BYTES) {

@@ -54,10 +54,14 @@ impl<S: Stdio> Wasi<S> {
         }
     }
 
-    /// `fd_allocate` is never offered: the write budget could not see space it reserves.
+    /// `fd_allocate` is never offered on a file: the write budget could not see space it
+    /// reserves. A directory is `EBADF` and a stream `ESPIPE`, as `fallocate(2)` answers.
     pub(super) fn fd_allocate(&mut self, fd: u32) -> Result<(), Fail> {
-        self.fds.get(fd)?;
-        Err(Fail::Errno(ENOTSUP))
+        match self.fds.get(fd)? {
+            Entry::File(_) => Err(Fail::Errno(ENOTSUP)),
+            Entry::Dir(_) => Err(Fail::Errno(EBADF)),
+            _ => Err(Fail::Errno(ESPIPE)),
+        }
     }
 
     pub(super) fn fd_sync(&mut self, fd: u32, data_only: bool) -> Result<(), Fail> {
@@ -316,7 +320,7 @@ impl DirentWriter<'_> {
 #[cfg(test)]
 mod tests {
     use super::super::abi::{filetype, oflags, rights};
-    use super::super::errno::{EBADF, ENAMETOOLONG, ENOTCAPABLE, ENOTSUP};
+    use super::super::errno::{EBADF, ENAMETOOLONG, ENOTCAPABLE, ENOTSUP, ESPIPE};
     use super::super::testkit::{config, preopen, Guest, PATH_AT, RESULT_AT};
     use super::super::WriteBudget;
     use hako_engine_api::Import;
@@ -371,12 +375,14 @@ mod tests {
     }
 
     #[test]
-    fn fd_allocate_is_never_offered() {
+    fn fd_allocate_is_never_offered_on_a_file_and_is_ebadf_on_a_directory() {
         let tmp = tempfile::tempdir().unwrap();
         let mut guest = Guest::with_dir(tmp.path());
         let fd = u64::from(guest.create(3, "f").unwrap());
         assert_eq!(guest.errno(Import::FdAllocate, &[fd, 0, 4096]), ENOTSUP);
-        assert_eq!(guest.errno(Import::FdAllocate, &[1, 0, 1]), ENOTSUP);
+        assert_eq!(std::fs::metadata(tmp.path().join("f")).unwrap().len(), 0);
+        assert_eq!(guest.errno(Import::FdAllocate, &[3, 0, 1]), EBADF);
+        assert_eq!(guest.errno(Import::FdAllocate, &[1, 0, 1]), ESPIPE);
         assert_eq!(guest.errno(Import::FdAllocate, &[99, 0, 1]), EBADF);
     }
 

@@ -103,6 +103,15 @@ pub trait Stdio: Send {
     /// Called when the guest would block on stdin with nothing else to wake it
     /// (poll_oneoff with only a not-ready stdin subscription): the runner decides; it ends the run.
     fn stdin_would_block(&mut self) -> Stop;
+    /// Waits until stdin is ready, or `until` (the earliest clock of the poll, never past the
+    /// deadline) passes, for a guest whose `poll_oneoff` found nothing ready yet. `Ok(true)`:
+    /// it waited, and the poll looks again. `Ok(false)` (the default): this stdin cannot
+    /// become ready by waiting (the call runner holds its whole stdin), so the poll sleeps on
+    /// its clocks alone, or, with none, hands over to [`Stdio::stdin_would_block`].
+    fn wait_stdin(&mut self, until: Option<Instant>) -> Result<bool, Stop> {
+        let _ = until;
+        Ok(false)
+    }
     fn write_stdout(&mut self, bytes: &[u8]) -> Result<(), Stop>;
     fn write_stderr(&mut self, bytes: &[u8]) -> Result<(), Stop>;
 }

@@ -4,7 +4,7 @@
 //! read or write file contents (`io`) nor keep the fd table (`fdtable`).
 
 use super::abi::{self, fdflags, fstflags, oflags, rights, Filestat, SYMLINK_FOLLOW};
-use super::error::errno::{EILSEQ, EINVAL, EISDIR, ENOTCAPABLE, EROFS};
+use super::error::errno::{EILSEQ, EINVAL, EISDIR, ENOTCAPABLE, EPERM, EROFS};
 use super::error::from_io;
 use super::fd::time_spec;
 use super::fdtable::{DirFd, Entry, FileFd};
@@ -63,6 +63,7 @@ impl<S: Stdio> Wasi<S> {
             return Err(Fail::Errno(ENOTCAPABLE));
         }
         let read_only = parent.read_only;
+        let parent_base = parent.base;
         let mut base = request.base & parent.inheriting;
         let mut inheriting = request.inheriting & parent.inheriting;
         if read_only {
@@ -83,6 +84,11 @@ impl<S: Stdio> Wasi<S> {
         let read = request.base & (rights::FD_READ | rights::FD_READDIR) != 0 || !write;
         if read_only && (write || creat) {
             return Err(Fail::Errno(EROFS));
+        }
+        // Truncating through a path needs the directory's right to set sizes (`EPERM`, as the
+        // WASI test suite's `truncation_rights` asks).
+        if trunc && parent_base & rights::PATH_FILESTAT_SET_SIZE == 0 {
+            return Err(Fail::Errno(EPERM));
         }
         let follow = request.lookup & SYMLINK_FOLLOW != 0;
 
@@ -210,11 +216,15 @@ impl<S: Stdio> Wasi<S> {
     pub(super) fn path_link(
         &mut self,
         m: &mut [u8],
-        (old_fd, _old_lookup): (u32, u32),
+        (old_fd, old_lookup): (u32, u32),
         old_path: (u32, u32),
         new_fd: u32,
         new_path: (u32, u32),
     ) -> Result<(), Fail> {
+        // Following a link to link what it names could follow it out of the preopen: never.
+        if old_lookup & SYMLINK_FOLLOW != 0 {
+            return Err(Fail::Errno(EINVAL));
+        }
         let old_path = guest_path(m, old_path)?;
         let new_path = guest_path(m, new_path)?;
         let (old_dir, new_dir) = self.two_writable_dirs(old_fd, new_fd)?;
@@ -300,7 +310,7 @@ impl<S: Stdio> Wasi<S> {
 #[cfg(test)]
 mod tests {
     use super::super::abi::{oflags, rights};
-    use super::super::errno::{ELOOP, ENOENT, ENOTDIR, EPERM, EROFS};
+    use super::super::errno::{EINVAL, ELOOP, ENOENT, ENOTDIR, EPERM, EROFS};
     use super::super::testkit::{config, preopen, Guest, PATH2_AT, PATH_AT, RESULT_AT};
     use super::super::WriteBudget;
     use hako_engine_api::Import;
@@ -338,6 +348,127 @@ mod tests {
             guest.errno(Import::PathCreateDirectory, &[3, ptr, len]),
             EPERM
         );
+    }
+
+    /// Makes the symlink `link` -> `target` in fd 3 through `path_symlink`; the errno.
+    fn symlink(guest: &mut Guest, target: &str, link: &str) -> i32 {
+        let [tptr, tlen] = guest.path_at(PATH_AT, target);
+        let [lptr, llen] = guest.path_at(PATH2_AT, link);
+        guest.errno(Import::PathSymlink, &[tptr, tlen, 3, lptr, llen])
+    }
+
+    /// Whether the guest can open `name` for reading, following links: the errno if not.
+    fn read_through(guest: &mut Guest, name: &str) -> Result<u32, i32> {
+        guest.open(3, true, name, 0, rights::FD_READ)
+    }
+
+    #[test]
+    fn a_link_to_an_absolute_target_never_leads_out() {
+        let (root, mut guest) = confined();
+        let secret = root.path().join("secret");
+        let made = symlink(&mut guest, secret.to_str().unwrap(), "abs");
+        if made == 0 {
+            assert_eq!(read_through(&mut guest, "abs"), Err(EPERM));
+        } else {
+            assert_eq!(made, EPERM);
+        }
+        assert_eq!(symlink(&mut guest, "/", "root"), made);
+        assert!(guest
+            .open(3, true, "root/secret", 0, rights::FD_READ)
+            .is_err());
+    }
+
+    #[test]
+    fn a_link_whose_dot_dot_chain_climbs_out_is_refused() {
+        let (root, mut guest) = confined();
+        std::fs::create_dir_all(root.path().join("tmp/a/b")).unwrap();
+        for target in [
+            "../secret",
+            "a/../../secret",
+            "a/b/../../../secret",
+            "a/b/../../..",
+        ] {
+            assert_eq!(symlink(&mut guest, target, "up"), 0, "{target}");
+            assert_eq!(read_through(&mut guest, "up"), Err(EPERM), "{target}");
+            let [ptr, len] = guest.path_at(PATH_AT, "up");
+            assert_eq!(guest.errno(Import::PathUnlinkFile, &[3, ptr, len]), 0);
+        }
+        // A chain that climbs and comes back down inside stays allowed.
+        std::fs::write(root.path().join("tmp/a/inside"), b"in").unwrap();
+        assert_eq!(symlink(&mut guest, "a/b/../inside", "down"), 0);
+        assert!(read_through(&mut guest, "down").is_ok());
+    }
+
+    #[test]
+    fn a_link_through_a_link_cannot_leave() {
+        let (_root, mut guest) = confined();
+        assert_eq!(symlink(&mut guest, "../secret", "second"), 0);
+        assert_eq!(symlink(&mut guest, "second", "first"), 0);
+        assert_eq!(read_through(&mut guest, "first"), Err(EPERM));
+        assert_eq!(guest.create(3, "first"), Err(EPERM));
+        // A hard link of the link is a link of the link itself, and leads nowhere either.
+        let [ptr, len] = guest.path_at(PATH_AT, "first");
+        let [ptr2, len2] = guest.path_at(PATH2_AT, "hard");
+        assert_eq!(
+            guest.errno(Import::PathLink, &[3, 0, ptr, len, 3, ptr2, len2]),
+            0
+        );
+        assert_eq!(read_through(&mut guest, "hard"), Err(EPERM));
+    }
+
+    #[test]
+    fn path_link_never_follows_a_link() {
+        let (_root, mut guest) = confined();
+        assert_eq!(symlink(&mut guest, "../secret", "out"), 0);
+        let [ptr, len] = guest.path_at(PATH_AT, "out");
+        let [ptr2, len2] = guest.path_at(PATH2_AT, "copy");
+        let follow = u64::from(super::SYMLINK_FOLLOW);
+        assert_eq!(
+            guest.errno(Import::PathLink, &[3, follow, ptr, len, 3, ptr2, len2]),
+            EINVAL
+        );
+        assert_eq!(read_through(&mut guest, "copy"), Err(ENOENT));
+    }
+
+    #[test]
+    fn a_rename_over_a_link_replaces_the_link_not_what_it_names() {
+        let (root, mut guest) = confined();
+        assert_eq!(symlink(&mut guest, "../secret", "out"), 0);
+        let fd = guest.create(3, "mine").unwrap();
+        assert_eq!(guest.write(fd, b"mine"), (0, 4));
+        let [ptr, len] = guest.path_at(PATH_AT, "mine");
+        let [ptr2, len2] = guest.path_at(PATH2_AT, "out");
+        assert_eq!(
+            guest.errno(Import::PathRename, &[3, ptr, len, 3, ptr2, len2]),
+            0
+        );
+        assert_eq!(
+            std::fs::read(root.path().join("secret")).unwrap(),
+            b"s3cret"
+        );
+        assert_eq!(std::fs::read(root.path().join("tmp/out")).unwrap(), b"mine");
+        // A link moved into a folder still cannot lead out from there.
+        std::fs::create_dir(root.path().join("tmp/sub")).unwrap();
+        assert_eq!(symlink(&mut guest, "../secret", "out2"), 0);
+        let [ptr, len] = guest.path_at(PATH_AT, "out2");
+        let [ptr2, len2] = guest.path_at(PATH2_AT, "sub/out2");
+        assert_eq!(
+            guest.errno(Import::PathRename, &[3, ptr, len, 3, ptr2, len2]),
+            0
+        );
+        assert_eq!(read_through(&mut guest, "sub/out2"), Err(ENOENT));
+    }
+
+    #[test]
+    fn truncating_through_a_path_needs_the_right_to_set_sizes() {
+        let (_root, mut guest) = confined();
+        guest.create(3, "file").unwrap();
+        let keep = rights::DIRECTORY & !rights::PATH_FILESTAT_SET_SIZE;
+        let args = [3, keep, rights::FILE | rights::DIRECTORY];
+        assert_eq!(guest.errno(Import::FdFdstatSetRights, &args), 0);
+        let truncate = guest.open(3, true, "file", oflags::TRUNC, rights::FD_WRITE);
+        assert_eq!(truncate, Err(EPERM));
+        assert!(guest.open(3, true, "file", 0, rights::FD_WRITE).is_ok());
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `poll_oneoff`: clock subscriptions sleep on the call's [`Cancel`](super::Cancel) (never past
 //! the call's deadline), files and standard output are always ready, standard input is ready
-//! when the caller's [`Stdio`] says so. A guest that would wait on stdin alone is handed to
-//! [`Stdio::stdin_would_block`]. It does not read or write anything.
+//! when the caller's [`Stdio`] says so. A stdin that can become ready ([`Stdio::wait_stdin`],
+//! `hako run`'s) is waited on with the clocks; a guest that would wait on a stdin that cannot,
+//! and on nothing else, is handed to [`Stdio::stdin_would_block`]. It does not read or write
+//! anything.
 
 use super::error::errno::{EBADF, EINVAL, ENOTSUP};
 use super::fdtable::Entry;
@@ -109,6 +111,19 @@ impl<S: Stdio> Wasi<S> {
         let start = Instant::now();
 
         let mut events = self.ready_events(m, in_ptr, out_ptr, count, start, None)?;
+        while events.written == 0 && events.stdin_waits {
+            let until = match (events.earliest, self.deadline) {
+                (Some(wakeup), Some(deadline)) => Some(wakeup.min(deadline)),
+                (wakeup, deadline) => wakeup.or(deadline),
+            };
+            if !self.stdio.wait_stdin(until)? {
+                break;
+            }
+            if self.cancel.is_cancelled() || self.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Fail::Stop(Stop::Abort));
+            }
+            events = self.ready_events(m, in_ptr, out_ptr, count, start, Some(Instant::now()))?;
+        }
         if events.written == 0 {
             match events.earliest {
                 Some(wakeup) => {

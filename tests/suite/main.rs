@@ -29,3 +29,4 @@ mod serve_mcp_clients;
 mod serve_roles;
 mod serve_stdio;
 mod upload;
+mod wasi_testsuite;
