@@ -252,23 +252,24 @@ pub fn is_module_file(path: &Path) -> bool {
 /// Reads the module file at `path` and checks it as a package's module is checked: the same
 /// size limit, and the same rules with the same reasons.
 pub fn load_module_file(path: &Path) -> Result<ModuleFile, LoadError> {
-    let wasm =
-        match read_limited(path, MAX_MODULE_BYTES) {
-            Ok(Limited::Read(bytes)) => bytes,
-            Ok(Limited::Missing) => {
-                return Err(LoadError::io(
-                    path,
-                    io::Error::new(io::ErrorKind::NotFound, "no such file"),
-                ))
-            }
-            Ok(Limited::TooLarge(size)) => return Err(LoadError::refused(vec![Problem::new(
+    let wasm = match read_limited(path, MAX_MODULE_BYTES) {
+        Ok(Limited::Read(bytes)) => bytes,
+        Ok(Limited::Missing) => {
+            return Err(LoadError::io(
+                path,
+                io::Error::new(io::ErrorKind::NotFound, "no such file"),
+            ))
+        }
+        Ok(Limited::TooLarge(size)) => {
+            return Err(LoadError::refused(vec![Problem::new(
                 "module.size",
                 format!(
                     "the module is {size} bytes; at most {MAX_MODULE_BYTES} (64 MiB) are allowed"
                 ),
-            )])),
-            Err(source) => return Err(LoadError::io(path, source)),
-        };
+            )]))
+        }
+        Err(source) => return Err(LoadError::io(path, source)),
+    };
     let facts = check_module(&wasm).map_err(LoadError::refused)?;
     Ok(ModuleFile {
         module_sha256: hex::encode(Sha256::digest(&wasm)),
