@@ -118,7 +118,11 @@ fn runnable(target: &str, store: &crate::store::Store) -> Result<Runnable, Failu
             program,
         });
     }
-    match super::target(target) {
+    let target = match super::target(target) {
+        Target::Stored(name) if name.ends_with(".wasm") => Target::Path(PathBuf::from(name)),
+        target => target,
+    };
+    match target {
         Target::Path(path) if !path.exists() => Err(Failure::Usage(format!(
             "{} does not exist (give a .wasm module, a package folder or archive, or a stored \
              package's name)",

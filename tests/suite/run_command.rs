@@ -471,3 +471,14 @@ fn the_abi_pages_local_test_runs_the_example_package() {
         assert!(shown.contains("Ada"), "{answer}");
     }
 }
+
+#[test]
+fn a_module_that_is_not_there_is_a_usage_error_naming_it() {
+    let out = output(hako_run(&[], Path::new("absent.wasm"), &[]), b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("absent.wasm does not exist"),
+        "{}",
+        text(&out.stderr)
+    );
+}
