@@ -74,6 +74,16 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Asserts that the run ended with `status` and said `says` on stderr.
+fn ended(out: &Output, status: i32, says: &str) {
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(status), "{stderr}");
+    assert!(
+        stderr.contains(says),
+        "stderr does not say {says:?}: {stderr}"
+    );
+}
+
 #[test]
 fn the_exit_status_is_the_guests() {
     let (_d, exits) = module(
@@ -93,24 +103,14 @@ fn the_exit_status_is_the_guests() {
         r#"(func (export "_start") (call $proc_exit (i32.const 256)))"#,
     );
     let out = output(hako_run(&[], &big, &[]), b"");
-    assert_eq!(out.status.code(), Some(255));
-    assert!(
-        text(&out.stderr).contains("status 256"),
-        "{}",
-        text(&out.stderr)
-    );
+    ended(&out, 255, "status 256");
 }
 
 #[test]
 fn a_trap_the_memory_cap_and_the_time_limit_each_have_a_status_and_a_line() {
     let (_d, traps) = module("traps", r#"(func (export "_start") unreachable)"#);
     let out = output(hako_run(&[], &traps, &[]), b"");
-    assert_eq!(out.status.code(), Some(134));
-    assert!(
-        text(&out.stderr).starts_with("hako: the guest trapped"),
-        "{}",
-        text(&out.stderr)
-    );
+    ended(&out, 134, "hako: the guest trapped");
 
     let (_d, grows) = module(
         "grows",
@@ -120,21 +120,11 @@ fn a_trap_the_memory_cap_and_the_time_limit_each_have_a_status_and_a_line() {
              unreachable)"#,
     );
     let out = output(hako_run(&["--memory", "4"], &grows, &[]), b"");
-    assert_eq!(out.status.code(), Some(135), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("memory cap"),
-        "{}",
-        text(&out.stderr)
-    );
+    ended(&out, 135, "memory cap");
 
     let (_d, spins) = module("spins", r#"(func (export "_start") (loop $l (br $l)))"#);
     let out = output(hako_run(&["--timeout", "300"], &spins, &[]), b"");
-    assert_eq!(out.status.code(), Some(137));
-    assert!(
-        text(&out.stderr).contains("time limit of 300 ms"),
-        "{}",
-        text(&out.stderr)
-    );
+    ended(&out, 137, "time limit of 300 ms");
 }
 
 /// Copies stdin to stdout, 64 KiB at a time, until end of file.
@@ -361,12 +351,7 @@ fn a_missing_dir_is_a_usage_error_naming_it() {
         hako_run(&["--dir", "/surely/not/here::/data"], &guest, &[]),
         b"",
     );
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("/surely/not/here"),
-        "{}",
-        text(&out.stderr)
-    );
+    ended(&out, 2, "/surely/not/here");
 }
 
 #[test]
@@ -391,12 +376,7 @@ fn a_module_with_an_unknown_import_is_refused_as_check_refuses_it() {
         r#"(func (export "_start"))"#,
     );
     let out = output(hako_run(&[], &foreign, &[]), b"");
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("[import.unknown]"),
-        "{}",
-        text(&out.stderr)
-    );
+    ended(&out, 1, "[import.unknown]");
 }
 
 #[test]
@@ -475,10 +455,5 @@ fn the_abi_pages_local_test_runs_the_example_package() {
 #[test]
 fn a_module_that_is_not_there_is_a_usage_error_naming_it() {
     let out = output(hako_run(&[], Path::new("absent.wasm"), &[]), b"");
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("absent.wasm does not exist"),
-        "{}",
-        text(&out.stderr)
-    );
+    ended(&out, 2, "absent.wasm does not exist");
 }

@@ -579,8 +579,15 @@ fn entry_points(
     Ok((memory, start))
 }
 
-/// How a run that ended in an error ended: a trap at a deadline check's `unreachable` once the
-/// flag is raised is the interrupt.
+/// How a run that ended in an error ended. Once the deadline flag is raised, a trap is the
+/// interrupt: at a deadline check's `unreachable`, or from the interrupt's signal. wasmer names
+/// a signal's trap by the instruction it landed on when that instruction has a trap code of its
+/// own, before the code the signal handler gave it (`HostInterrupt`): singlepass marks every
+/// `call` and function prologue "call stack exhausted", so an interrupt landing on one read
+/// as a stack overflow (about one run in a thousand of a guest calling the host in a loop).
+/// A trap of the guest's own after its deadline has passed is reported as the interrupt too,
+/// which the host would judge a timeout anyway. The memory cap keeps precedence, as it does in
+/// the host's verdict.
 fn classify(error: wasmer::RuntimeError, cap: &CapScope, flag: &checks::Flag) -> RunExit {
     if let Some(HostStop(stop)) = error.downcast_ref::<HostStop>() {
         return match stop {
@@ -597,6 +604,7 @@ fn classify(error: wasmer::RuntimeError, cap: &CapScope, flag: &checks::Flag) ->
         _ if cap.refused() => RunExit::OutOfMemory(format!(
             "the guest was refused memory at its cap, then trapped: {message}"
         )),
+        Some(_) if flag.raised() => RunExit::Interrupted,
         _ => RunExit::Trap(message),
     }
 }
