@@ -90,9 +90,24 @@ pub enum CommandExit {
 /// A standard stream the guest could no longer write to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamFailure {
-    /// `stdout` or `stderr`.
-    pub stream: &'static str,
+    pub stream: OutputStream,
     pub error: rustix::io::Errno,
+}
+
+/// One of the guest's two output streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+impl std::fmt::Display for OutputStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OutputStream::Stdout => "stdout",
+            OutputStream::Stderr => "stderr",
+        })
+    }
 }
 
 /// Runs `module`'s `_start` as a WASI command over `streams`.
@@ -191,15 +206,15 @@ impl ProcessStdio {
         }
     }
 
-    fn write(&mut self, stream: &'static str, bytes: &[u8]) -> Result<(), Stop> {
+    fn write(&mut self, stream: OutputStream, bytes: &[u8]) -> Result<(), Stop> {
         if self.failed.is_some() {
             return Err(Stop::Abort);
         }
         let mut rest = bytes;
         while !rest.is_empty() {
             let fd = match stream {
-                "stdout" => self.streams.stdout.as_fd(),
-                _ => self.streams.stderr.as_fd(),
+                OutputStream::Stdout => self.streams.stdout.as_fd(),
+                OutputStream::Stderr => self.streams.stderr.as_fd(),
             };
             if !self.wait(fd, PollFlags::OUT, self.deadline)? {
                 return Err(Stop::Abort);
@@ -260,10 +275,93 @@ impl Stdio for ProcessStdio {
     }
 
     fn write_stdout(&mut self, bytes: &[u8]) -> Result<(), Stop> {
-        self.write("stdout", bytes)
+        self.write(OutputStream::Stdout, bytes)
     }
 
     fn write_stderr(&mut self, bytes: &[u8]) -> Result<(), Stop> {
-        self.write("stderr", bytes)
+        self.write(OutputStream::Stderr, bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{PipeReader, PipeWriter, Write};
+
+    /// A `ProcessStdio` over three pipes, and the far ends: stdin's writer, stdout's and
+    /// stderr's readers.
+    fn stdio(deadline: Instant) -> (ProcessStdio, PipeWriter, PipeReader, PipeReader) {
+        let (stdin, to_stdin) = std::io::pipe().unwrap();
+        let (from_stdout, stdout) = std::io::pipe().unwrap();
+        let (from_stderr, stderr) = std::io::pipe().unwrap();
+        let stdio = ProcessStdio {
+            streams: Streams {
+                stdin: stdin.into(),
+                stdout: stdout.into(),
+                stderr: stderr.into(),
+            },
+            cancel: Arc::new(Cancel::new()),
+            deadline,
+            failed: None,
+        };
+        (stdio, to_stdin, from_stdout, from_stderr)
+    }
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(3600)
+    }
+
+    #[test]
+    fn stdin_is_read_as_it_comes_and_its_end_is_zero() {
+        let (mut stdio, mut to_stdin, _out, _err) = stdio(far());
+        assert!(!stdio.stdin_ready());
+        to_stdin.write_all(b"hi").unwrap();
+        assert!(stdio.stdin_ready());
+        let mut buf = [0u8; 16];
+        assert_eq!(stdio.read_stdin(&mut buf), Ok(2));
+        assert_eq!(&buf[..2], b"hi");
+        drop(to_stdin);
+        assert_eq!(stdio.read_stdin(&mut buf), Ok(0));
+    }
+
+    #[test]
+    fn a_read_of_an_open_empty_stdin_stops_when_the_call_is_cancelled() {
+        let (mut stdio, _to_stdin, _out, _err) = stdio(far());
+        let cancel = Arc::clone(&stdio.cancel);
+        let canceller = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            cancel.cancel();
+        });
+        assert_eq!(stdio.read_stdin(&mut [0u8; 16]), Err(Stop::Abort));
+        canceller.join().unwrap();
+    }
+
+    #[test]
+    fn a_write_to_a_pipe_nobody_reads_stops_at_the_deadline() {
+        // A pipe holds 64 KiB: 1 MiB cannot be written, and the write must not block past
+        // the deadline.
+        let (mut stdio, _to_stdin, _out, _err) = stdio(Instant::now() + Duration::from_millis(100));
+        assert_eq!(stdio.write_stdout(&vec![7u8; 1 << 20]), Err(Stop::Abort));
+        assert_eq!(stdio.failed, None, "a deadline is no stream failure");
+    }
+
+    #[test]
+    fn a_closed_stdout_is_a_stream_failure_and_ends_every_later_write() {
+        let (mut stdio, _to_stdin, out, _err) = stdio(far());
+        drop(out);
+        assert_eq!(stdio.write_stdout(b"lost"), Err(Stop::Abort));
+        let failure = stdio.failed.clone().expect("the failure is kept");
+        assert_eq!(failure.stream, OutputStream::Stdout);
+        assert_eq!(failure.error, rustix::io::Errno::PIPE);
+        assert_eq!(stdio.write_stderr(b"also"), Err(Stop::Abort));
+    }
+
+    #[test]
+    fn waiting_on_stdin_ends_at_its_clock() {
+        let (mut stdio, _to_stdin, _out, _err) = stdio(far());
+        let until = Instant::now() + Duration::from_millis(30);
+        assert_eq!(stdio.wait_stdin(Some(until)), Ok(true));
+        assert!(Instant::now() >= until);
+        assert!(!stdio.stdin_ready());
     }
 }

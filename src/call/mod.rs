@@ -17,7 +17,7 @@ use std::sync::Arc;
 use hako_engine_api::Module;
 use simd_json::BorrowedValue;
 
-pub use command::{run_command, Command, CommandExit, Mount, StreamFailure, Streams};
+pub use command::{run_command, Command, CommandExit, Mount, OutputStream, StreamFailure, Streams};
 pub use discover::{discover, Discovery, DiscoveryError};
 pub use outcome::{CallOutcome, CallStats, Crash, CrashKind};
 pub use runner::{Limits, Mounts, Network, RunError, VolumeTmp};

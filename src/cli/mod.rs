@@ -132,8 +132,13 @@ fn load_package(path: &Path, store: Option<&Store>) -> Result<Package, Failure> 
         }
         _ => package::load(path),
     };
+    refusal_printed(path, loaded)
+}
+
+/// What a load gave, printing a refusal's reasons (one line each, with its rule).
+fn refusal_printed<T>(path: &Path, loaded: Result<T, LoadError>) -> Result<T, Failure> {
     match loaded {
-        Ok(package) => Ok(package),
+        Ok(loaded) => Ok(loaded),
         Err(LoadError::Refused(refusal)) => {
             eprintln!("hako: {} is refused:", path.display());
             for problem in &refusal.problems {

@@ -18,7 +18,7 @@ use clap::Args;
 use super::flags::{EngineArgs, LimitArgs, NetworkArgs};
 use super::{note, Failure, Target};
 use crate::call::{self, Command, CommandExit, Mount, Streams};
-use crate::package::{self, LoadError};
+use crate::package;
 use crate::store::ModuleSpec;
 
 /// The status of a guest that trapped (128 + SIGABRT, as a native program that aborts).
@@ -97,17 +97,7 @@ struct Runnable {
 fn runnable(target: &str, store: &crate::store::Store) -> Result<Runnable, Failure> {
     let path = Path::new(target);
     if package::is_module_file(path) {
-        let module = match package::load_module_file(path) {
-            Ok(module) => module,
-            Err(LoadError::Refused(refusal)) => {
-                eprintln!("hako: {} is refused:", path.display());
-                for problem in &refusal.problems {
-                    eprintln!("  - [{}] {}", problem.rule, problem.message);
-                }
-                return Err(Failure::Refused);
-            }
-            Err(err) => return Err(Failure::Host(anyhow::Error::new(err))),
-        };
+        let module = super::refusal_printed(path, package::load_module_file(path))?;
         let program = path
             .file_name()
             .map_or_else(|| target.to_string(), |n| n.to_string_lossy().into_owned());
