@@ -22,10 +22,9 @@ use hako_engine_api::{Module, RunExit, Stop};
 
 use rustix::event::{PollFd, PollFlags};
 
-use super::deadline::CallTimer;
-use super::runner::{self, Limits, Network, RunError};
+use super::runner::{Bounds, Limits, Network, RunError, Sandbox};
 use crate::http::{VolumeDirs, VolumeRoot};
-use crate::sandbox::{Cancel, Preopen, PreopenDir, SandboxConfig, Stdio, Wasi, WriteBudget};
+use crate::sandbox::{Cancel, Preopen, PreopenDir, Stdio};
 
 /// The longest a wait on a stream goes without looking at the cancellation flag.
 const WAIT_SLICE: Duration = Duration::from_millis(20);
@@ -116,11 +115,7 @@ pub fn run_command(
     command: Command,
     streams: Streams,
 ) -> Result<CommandExit, RunError> {
-    let started = Instant::now();
-    let deadline = started + command.limits.timeout;
-    let cancel = Arc::new(Cancel::new());
-    let timer = CallTimer::start(deadline, Arc::clone(&cancel));
-    let budget = Arc::new(WriteBudget::new(command.limits.write_budget));
+    let bounds = Bounds::start(command.limits);
     let mut volume = VolumeDirs::none();
     let mut preopens = Vec::with_capacity(command.mounts.len());
     for mount in command.mounts {
@@ -137,24 +132,18 @@ pub fn run_command(
     }
     let stdio = ProcessStdio {
         streams,
-        cancel: Arc::clone(&cancel),
-        deadline,
+        cancel: Arc::clone(&bounds.cancel),
+        deadline: bounds.deadline,
         failed: None,
     };
-    let wasi = Wasi::new(
-        SandboxConfig {
-            args: command.args,
-            env: command.env,
-            preopens,
-            budget: Arc::clone(&budget),
-            cancel: Arc::clone(&cancel),
-            deadline: Some(deadline),
-        },
-        stdio,
-    );
-    let http = runner::http_imports(&command.network, budget, deadline, volume, cancel);
-    let ran = runner::run_host(module, wasi, http, command.limits, &timer);
-    let timed_out = timer.fired().is_some() || Instant::now() >= deadline;
+    let sandbox = Sandbox {
+        args: command.args,
+        env: command.env,
+        preopens,
+        volume,
+    };
+    let ran = bounds.run(module, sandbox, stdio, &command.network);
+    let timed_out = bounds.timer.fired().is_some() || bounds.past_deadline();
     Ok(match ran.exit {
         RunExit::OutOfMemory(message) => CommandExit::OutOfMemory(message),
         _ if timed_out => CommandExit::Timeout(command.limits.timeout),

@@ -159,56 +159,101 @@ impl<S: Stdio + 'static> Host for CallHost<S> {
     }
 }
 
-/// The `subako_http` imports of one run: the network's policy and broker, charging `budget`,
-/// with `volume` as the folders of file bodies, stopping at `deadline` or when `cancel` is set.
-pub(super) fn http_imports(
-    network: &Network,
-    budget: Arc<WriteBudget>,
-    deadline: Instant,
-    volume: VolumeDirs,
-    cancel: Arc<Cancel>,
-) -> HttpImports {
-    HttpImports::new(
-        Arc::clone(&network.policy),
-        Arc::clone(&network.broker),
-        budget,
-        Some(deadline),
-    )
-    .with_volume(volume)
-    .with_cancel(cancel)
+/// What bounds one run, made when it starts: its deadline, the cancel flag the deadline
+/// timer sets, the timer, and the write budget its files and HTTP outputs share.
+pub(super) struct Bounds {
+    pub started: Instant,
+    pub deadline: Instant,
+    pub cancel: Arc<Cancel>,
+    pub timer: Arc<CallTimer>,
+    pub budget: Arc<WriteBudget>,
+    pub limits: Limits,
 }
 
-/// How a run of [`run_host`] ended, with the stdio handed back.
+/// The sandbox of one run besides its stdio: argv, environment, preopens, and the folders
+/// `subako_http` file bodies live in.
+pub(super) struct Sandbox {
+    pub args: Vec<String>,
+    pub env: Vec<String>,
+    pub preopens: Vec<Preopen>,
+    pub volume: VolumeDirs,
+}
+
+/// How a run ended, with the stdio handed back.
 pub(super) struct HostRun<S> {
     pub exit: RunExit,
     pub stdio: S,
     pub memory_bytes: u64,
 }
 
-/// Runs `module` once on `wasi` and `http`, bounded by `limits`' memory cap and `timer`.
-pub(super) fn run_host<S: Stdio + 'static>(
-    module: &Arc<dyn Module>,
-    wasi: Wasi<S>,
-    http: HttpImports,
-    limits: Limits,
-    timer: &CallTimer,
-) -> HostRun<S> {
-    let result = module.run(
-        Box::new(CallHost { wasi, http }),
-        RunLimits {
-            max_memory_bytes: limits.max_memory_bytes,
-        },
-        timer,
-    );
-    let host = result
-        .host
-        .into_any()
-        .downcast::<CallHost<S>>()
-        .expect("the engine hands back the host it was given");
-    HostRun {
-        exit: result.exit,
-        stdio: host.wasi.into_stdio(),
-        memory_bytes: result.memory_bytes,
+impl Bounds {
+    /// Starts the clock of a run under `limits`.
+    pub fn start(limits: Limits) -> Bounds {
+        let started = Instant::now();
+        let deadline = started + limits.timeout;
+        let cancel = Arc::new(Cancel::new());
+        let timer = Arc::new(CallTimer::start(deadline, Arc::clone(&cancel)));
+        Bounds {
+            started,
+            deadline,
+            cancel,
+            timer,
+            budget: Arc::new(WriteBudget::new(limits.write_budget)),
+            limits,
+        }
+    }
+
+    /// Runs `module` once in `sandbox` with `stdio` and the network's `subako_http` imports,
+    /// within these bounds.
+    pub fn run<S: Stdio + 'static>(
+        &self,
+        module: &Arc<dyn Module>,
+        sandbox: Sandbox,
+        stdio: S,
+        network: &Network,
+    ) -> HostRun<S> {
+        let wasi = Wasi::new(
+            SandboxConfig {
+                args: sandbox.args,
+                env: sandbox.env,
+                preopens: sandbox.preopens,
+                budget: Arc::clone(&self.budget),
+                cancel: Arc::clone(&self.cancel),
+                deadline: Some(self.deadline),
+            },
+            stdio,
+        );
+        let http = HttpImports::new(
+            Arc::clone(&network.policy),
+            Arc::clone(&network.broker),
+            Arc::clone(&self.budget),
+            Some(self.deadline),
+        )
+        .with_volume(sandbox.volume)
+        .with_cancel(Arc::clone(&self.cancel));
+        let result = module.run(
+            Box::new(CallHost { wasi, http }),
+            RunLimits {
+                max_memory_bytes: self.limits.max_memory_bytes,
+            },
+            self.timer.as_ref(),
+        );
+        let host = result
+            .host
+            .into_any()
+            .downcast::<CallHost<S>>()
+            .expect("the engine hands back the host it was given");
+        HostRun {
+            exit: result.exit,
+            stdio: host.wasi.into_stdio(),
+            memory_bytes: result.memory_bytes,
+        }
+    }
+
+    /// Whether the run's time ran out: its deadline fired, or has passed (a host call that
+    /// waited up to it may stop the guest a moment before the timer notices).
+    pub fn past_deadline(&self) -> bool {
+        Instant::now() >= self.deadline
     }
 }
 
@@ -322,30 +367,20 @@ pub fn run<C: Conversation + 'static>(
     network: &Network,
     conversation: C,
 ) -> Result<Ran<C>, RunError> {
-    let started = Instant::now();
-    let deadline = started + limits.timeout;
-    let cancel = Arc::new(Cancel::new());
-    let timer = Arc::new(CallTimer::start(deadline, Arc::clone(&cancel)));
-    let budget = Arc::new(WriteBudget::new(limits.write_budget));
+    let bounds = Bounds::start(limits);
     let (preopens, volume, skills_folder) = preopens(mounts)?;
-    let session = Session::new(conversation, Arc::clone(&timer));
-    let wasi = Wasi::new(
-        SandboxConfig {
-            args: vec![program.to_string()],
-            env: Vec::new(),
-            preopens,
-            budget: Arc::clone(&budget),
-            cancel: Arc::clone(&cancel),
-            deadline: Some(deadline),
-        },
-        session,
-    );
-    let http = http_imports(network, budget, deadline, volume.0.clone(), cancel);
-    let ran = run_host(module, wasi, http, limits, timer.as_ref());
-    let run_us = started.elapsed().as_micros() as u64;
-    let fired = timer.fired();
+    let session = Session::new(conversation, Arc::clone(&bounds.timer));
+    let sandbox = Sandbox {
+        args: vec![program.to_string()],
+        env: Vec::new(),
+        preopens,
+        volume: volume.0.clone(),
+    };
+    let ran = bounds.run(module, sandbox, session, network);
+    let run_us = bounds.started.elapsed().as_micros() as u64;
+    let fired = bounds.timer.fired();
     let mut session = ran.stdio;
-    let past_deadline = Instant::now() >= deadline;
+    let past_deadline = bounds.past_deadline();
     let crash = judge(&mut session, ran.exit, fired, past_deadline, limits)?;
     Ok(Ran {
         crash,
