@@ -10,28 +10,31 @@
 //! them in again), everything else is handed back to the kernel, and the next memory takes the
 //! slot and only changes which part is accessible.
 //!
-//! Zeroing is what makes reuse safe: a slot leaves the pool only with every byte zero. Pages the
-//! kernel last reported resident (relearnt every few resets) are cleared with a write; every
-//! other page (never touched, touched since, or swapped out) is dropped with `MADV_DONTNEED`,
-//! which makes it read as zero. A slot that cannot be reset is unmapped, never reused.
+//! Resetting is what makes reuse safe: a slot leaves the pool only with every byte as a new
+//! memory has it. The kernel names the pages the memory has of its own (`PAGEMAP_SCAN`, Linux
+//! 6.7+: pages written, or private copies of an image's pages), and only those are put back,
+//! in place, with a write: zeros, or the image's bytes. Untouched pages are already zero (or
+//! the image's file), and the pages put back stay resident, so the next call does not fault
+//! them in again. A memory that touched more than a bound is dropped instead
+//! (`MADV_DONTNEED`). Where the kernel cannot say (older kernels, emulators), the pages last
+//! seen resident (`mincore`, relearnt every few resets) are zeroed in place and everything
+//! else is dropped. A slot that cannot be reset is unmapped, never reused.
 //!
 //! A memory with an image ([`crate::image`]) has it mapped copy-on-write from its file over
 //! the image's span, so that instantiation copies nothing and only the pages a guest touches
 //! are faulted in (reads share the file's pages; a write copies one page). A slot keeps its
 //! image when released, and the next memory of the same module takes such a slot first and
-//! maps nothing. The reset puts back only what the call changed: it asks the kernel which
-//! pages of the span the call wrote (`PAGEMAP_SCAN`: the private copies a write made, Linux
-//! 6.7+), and restores those pages from the image in place when they are at most
-//! [`RESTORE_IN_PLACE`] bytes, so that they need no fault at the next call; more than that, or
-//! when the kernel cannot say, it drops the whole span (`MADV_DONTNEED`), which makes every
-//! page read the file again. Pages the call only read are the file's and are left mapped. A
-//! memory of another module (or none) gets a slot whose image is replaced by mapping.
+//! maps nothing. A memory of another module (or none) gets a slot whose image is replaced by
+//! mapping.
 //!
-//! Restoring a few pages in place rather than dropping them is what keeps a short call cheap:
-//! dropping mapped pages, and the first write to a page mapped from the file, each flush the
-//! page from every core's TLB (an interrupt to each core the process ran on, which on a
-//! virtual machine exits to the hypervisor), which cost a greet call about 37 µs, more than the
-//! rest of the call. The copy is bounded by what the call wrote, never the image's size.
+//! Putting pages back in place rather than dropping them is what keeps a short call cheap,
+//! and calls on several threads from slowing each other: dropping mapped pages, and the first
+//! write to a page mapped from the file, each flush the page from every core's TLB (an
+//! interrupt to each core the process runs on, which on a virtual machine exits to the
+//! hypervisor). Dropping the image's written pages cost a greet call about 37 µs, more than
+//! the rest of the call, and dropping its untouched heap made two threads' calls interrupt
+//! each other at every reset. The copy is bounded by what the call wrote, never the image's
+//! size.
 //!
 //! This file owns only memory placement; the cap a memory may grow to is [`crate::memory`]'s.
 
@@ -62,7 +65,12 @@ const MAX_HOT_RUNS: usize = 32;
 /// The longest run of untouched pages between two resident ones that a reset clears in place.
 const MERGE_GAP_PAGES: usize = 8;
 
-/// Resets between two scans of which pages are resident.
+/// The most separate runs of a slot's own pages a reset puts back one by one; a memory whose
+/// pages are more scattered is dropped whole.
+const MAX_TOUCHED_RUNS: usize = 1024;
+
+/// Resets between two scans of which pages are resident, when the kernel cannot name the
+/// pages a memory wrote.
 const RESCAN_EVERY: u32 = 16;
 
 /// The most bytes of an image's span a reset restores from the image in place; a call that
@@ -216,54 +224,88 @@ impl Slot {
         Ok(())
     }
 
-    /// Zeroes every accessible byte: the hot pages are cleared in place (and so stay
-    /// resident), every other page is dropped. Which pages are hot is learnt from the kernel
-    /// (`mincore`) only every [`RESCAN_EVERY`] resets, because asking costs more than the rest
-    /// of a reset; a page touched outside the hot set in between is dropped like any other, so
-    /// a stale hot set costs page faults, never stale data.
+    /// Puts every accessible byte back as a new memory has it: the image's bytes over its
+    /// span, zero elsewhere.
     ///
-    /// An image's span gets the image's bytes back (see [`Slot::restore_image`]).
+    /// When the kernel names the pages this slot's memory has of its own (`PAGEMAP_SCAN`: a
+    /// page written, or a private copy of the image's), only those are put back, in place: the
+    /// image's from the image, the others zeroed with a write. Nothing is dropped, so a reset
+    /// makes no other core flush its TLB, and the pages stay resident for the next call. Past
+    /// [`RESTORE_IN_PLACE`] bytes of the image's span, or [`KEEP_RESIDENT`] bytes outside it,
+    /// that part is dropped instead (it reads the file, or zero, again).
+    ///
+    /// When the kernel cannot say (before Linux 6.7, under an emulator), the resident pages
+    /// learnt every [`RESCAN_EVERY`] resets (`mincore`) are zeroed in place and every other
+    /// page is dropped; a page touched outside that set in between is dropped like any other,
+    /// so a stale set costs page faults, never stale data.
     fn reset(&mut self) -> io::Result<()> {
         if self.accessible == 0 {
             return Ok(());
+        }
+        if let Some(touched) = touched_pages(self.base, 0, self.accessible) {
+            return self.restore_touched(&touched);
         }
         if self.resets_since_scan >= RESCAN_EVERY || self.scanned_length != self.accessible {
             self.scan();
         }
         self.resets_since_scan += 1;
         let (image_start, image_end) = self.image_span();
-        if let Some(image) = &self.image {
-            self.restore_image(image_start, image_end, image.bytes())?;
+        if self.image.is_some() {
+            self.drop_pages(image_start, image_end - image_start)?;
         }
         self.clear(0, image_start)?;
         self.clear(image_end, self.accessible)
     }
 
-    /// Puts the image's span (`start..end`) back to the image's bytes (`source`, when there is
-    /// a view of them): the pages the call wrote are copied back from it when they are few;
-    /// otherwise the span is dropped, and reads the file again.
-    fn restore_image(&self, start: usize, end: usize, source: Option<&[u8]>) -> io::Result<()> {
-        if let Some(source) = source {
-            if let Some(written) = written_pages(self.base, start, end) {
-                let bytes: usize = written.iter().map(|(from, to)| to - from).sum();
-                if bytes <= RESTORE_IN_PLACE {
-                    for (from, to) in written {
-                        // SAFETY: the range lies in the image's span, which is accessible and
-                        // owned by this slot (no guest runs on it any more); `source` is the
-                        // image's bytes for the span, and does not overlap the slot.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                source[from - start..to - start].as_ptr(),
-                                self.base.as_ptr().add(from),
-                                to - from,
-                            )
-                        };
-                    }
-                    return Ok(());
+    /// Puts back the `touched` pages (ascending byte ranges of this slot's own pages): in the
+    /// image's span from the image, elsewhere with zeros.
+    fn restore_touched(&self, touched: &[(usize, usize)]) -> io::Result<()> {
+        let (image_start, image_end) = self.image_span();
+        let source = self.image.as_ref().and_then(|image| image.bytes());
+        let mut inside = Vec::new();
+        let mut outside = Vec::new();
+        for &(from, to) in touched {
+            for (part_from, part_to, in_image) in [
+                (from, to.min(image_start), false),
+                (from.max(image_start), to.min(image_end), true),
+                (from.max(image_end), to, false),
+            ] {
+                if part_from < part_to {
+                    let runs = if in_image { &mut inside } else { &mut outside };
+                    runs.push((part_from, part_to));
                 }
             }
         }
-        self.drop_pages(start, end - start)
+        let total =
+            |runs: &[(usize, usize)]| runs.iter().map(|(from, to)| to - from).sum::<usize>();
+        match source {
+            Some(source) if total(&inside) <= RESTORE_IN_PLACE => {
+                for (from, to) in inside {
+                    // SAFETY: the range lies in the image's span, which is accessible and
+                    // owned by this slot (no guest runs on it any more); `source` is the
+                    // image's bytes for the span, and does not overlap the slot.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            source[from - image_start..to - image_start].as_ptr(),
+                            self.base.as_ptr().add(from),
+                            to - from,
+                        )
+                    };
+                }
+            }
+            _ if inside.is_empty() => {}
+            _ => self.drop_pages(image_start, image_end - image_start)?,
+        }
+        if total(&outside) > KEEP_RESIDENT {
+            self.drop_pages(0, image_start)?;
+            return self.drop_pages(image_end, self.accessible - image_end);
+        }
+        for (from, to) in outside {
+            // SAFETY: the range is accessible and owned by this slot; no guest runs on it any
+            // more (its instance is gone) and nothing else holds a reference into it.
+            unsafe { std::ptr::write_bytes(self.base.as_ptr().add(from), 0, to - from) };
+        }
+        Ok(())
     }
 
     /// The image's span, or an empty one at 0.
@@ -367,11 +409,12 @@ impl Drop for Slot {
     }
 }
 
-/// The pages from `start` to `end` (offsets from `base`) that this process wrote since they
-/// were mapped from a file: its own (anonymous) copies, resident or swapped out, as ascending
-/// offset ranges. `None` when the kernel cannot say (before Linux 6.7, under an emulator) or
-/// when there are too many separate runs to list.
-fn written_pages(base: NonNull<u8>, start: usize, end: usize) -> Option<Vec<(usize, usize)>> {
+/// The pages from `start` to `end` (offsets from `base`) that are this process's own: written
+/// (an anonymous page, or a private copy of a page mapped from a file), resident or swapped
+/// out, but not the shared zero page a read maps. Ascending offset ranges. `None` when the
+/// kernel cannot say (before Linux 6.7, under an emulator) or when the pages lie in more than
+/// [`MAX_TOUCHED_RUNS`] separate runs; a reset then goes as when the kernel cannot say.
+fn touched_pages(base: NonNull<u8>, start: usize, end: usize) -> Option<Vec<(usize, usize)>> {
     /// `struct pm_scan_arg` of `linux/fs.h`.
     #[repr(C)]
     struct ScanArg {
@@ -402,69 +445,90 @@ fn written_pages(base: NonNull<u8>, start: usize, end: usize) -> Option<Vec<(usi
     const PAGE_IS_FILE: u64 = 1 << 2;
     const PAGE_IS_PRESENT: u64 = 1 << 3;
     const PAGE_IS_SWAPPED: u64 = 1 << 4;
-    const MAX_RUNS: usize = 64;
+    const PAGE_IS_PFNZERO: u64 = 1 << 5;
+    /// Runs one call reports.
+    const BATCH: usize = 64;
     static PAGEMAP: OnceLock<Option<std::fs::File>> = OnceLock::new();
     let pagemap = PAGEMAP
         .get_or_init(|| std::fs::File::open("/proc/self/pagemap").ok())
         .as_ref()?;
-    let mut regions = [Region::default(); MAX_RUNS];
     let first = base.as_ptr() as u64 + start as u64;
     let last = base.as_ptr() as u64 + end as u64;
-    let mut arg = ScanArg {
-        size: std::mem::size_of::<ScanArg>() as u64,
-        flags: 0,
-        start: first,
-        end: last,
-        walk_end: 0,
-        vec: regions.as_mut_ptr() as u64,
-        vec_len: MAX_RUNS as u64,
-        max_pages: 0,
-        // Pages that are not the file's (a private copy) and present or swapped out.
-        category_inverted: PAGE_IS_FILE,
-        category_mask: PAGE_IS_FILE,
-        category_anyof_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-        return_mask: PAGE_IS_FILE | PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-    };
-    // SAFETY: PAGEMAP_SCAN reads `arg` and writes at most `vec_len` regions into `regions`,
-    // both of which outlive the call; it only reads this process's page tables.
-    let found = unsafe { libc::ioctl(pagemap.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
-    if found < 0 || arg.walk_end < last {
-        return None;
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    let mut from = first;
+    while from < last {
+        let mut regions = [Region::default(); BATCH];
+        let mut arg = ScanArg {
+            size: std::mem::size_of::<ScanArg>() as u64,
+            flags: 0,
+            start: from,
+            end: last,
+            walk_end: 0,
+            vec: regions.as_mut_ptr() as u64,
+            vec_len: BATCH as u64,
+            max_pages: 0,
+            // Pages neither the file's nor the zero page, present or swapped out.
+            category_inverted: PAGE_IS_FILE | PAGE_IS_PFNZERO,
+            category_mask: PAGE_IS_FILE | PAGE_IS_PFNZERO,
+            category_anyof_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+            return_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+        };
+        // SAFETY: PAGEMAP_SCAN reads `arg` and writes at most `vec_len` regions into
+        // `regions`, both of which outlive the call; it only reads this process's page tables.
+        let found = unsafe { libc::ioctl(pagemap.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
+        let found = usize::try_from(found).ok()?.min(BATCH);
+        for region in &regions[..found] {
+            let offset = |at: u64| (at.clamp(first, last) - first) as usize + start;
+            let (run_from, run_to) = (offset(region.start), offset(region.end));
+            match runs.last_mut() {
+                // A run the last call cut off at its end goes on.
+                Some((_, end)) if *end == run_from => *end = run_to,
+                _ if run_from < run_to => runs.push((run_from, run_to)),
+                _ => {}
+            }
+        }
+        if runs.len() > MAX_TOUCHED_RUNS || arg.walk_end <= from {
+            return None;
+        }
+        from = arg.walk_end;
     }
-    let found = usize::try_from(found).ok()?.min(MAX_RUNS);
-    Some(
-        regions[..found]
-            .iter()
-            .map(|region| {
-                let from = region.start.clamp(first, last) - first + start as u64;
-                let to = region.end.clamp(first, last) - first + start as u64;
-                (from as usize, to as usize)
-            })
-            .filter(|(from, to)| from < to)
-            .collect(),
-    )
+    Some(runs)
 }
 
 /// The process's idle slots.
 static IDLE: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
 
-/// An idle slot, one that holds `image` first, else one that holds no image; or a new one.
+/// An idle slot for a memory with `image`, or a new one.
 fn take_slot(image: Option<&Arc<Image>>) -> io::Result<Slot> {
     let idle = {
         let mut idle = IDLE.lock().unwrap_or_else(|poison| poison.into_inner());
-        let found = idle
-            .iter()
-            .rposition(|slot| slot.holds(image))
-            .or_else(|| idle.iter().rposition(|slot| slot.holds(None)));
-        match found {
-            Some(index) => Some(idle.swap_remove(index)),
-            None => idle.pop(),
-        }
+        choose(&idle, image).map(|index| idle.swap_remove(index))
     };
     match idle {
         Some(slot) => Ok(slot),
         None => Slot::reserve(),
     }
+}
+
+/// Which of the `idle` slots a memory with `image` takes: one that holds `image` first, else
+/// one that holds no image, else one whose image no module uses any more (only idle slots
+/// hold it), else the last released. A slot holding a live module's image is taken last, so
+/// that a module loaded for a few calls does not take the slots another module keeps being
+/// called on, which would then have to map their image again.
+fn choose(idle: &[Slot], image: Option<&Arc<Image>>) -> Option<usize> {
+    let unused = |slot: &Slot| {
+        slot.image.as_ref().is_some_and(|held| {
+            // Every other holder of an image is a module (or a run of one, or a slot in use,
+            // which its memory's module outlives).
+            let slots = idle.iter().filter(|other| other.holds(Some(held))).count();
+            Arc::strong_count(held) <= slots
+        })
+    };
+    idle.iter()
+        .rposition(|slot| slot.holds(image))
+        .or_else(|| idle.iter().rposition(|slot| slot.holds(None)))
+        .or_else(|| idle.iter().rposition(unused))
+        .or_else(|| idle.len().checked_sub(1))
 }
 
 fn give_back(mut slot: Slot) {
@@ -699,6 +763,115 @@ mod tests {
         }
     }
 
+    /// The accessible bytes of a slot, as a slice.
+    fn slot_bytes(slot: &mut Slot) -> &mut [u8] {
+        // SAFETY: the test owns the slot; its first `accessible` bytes are readable and
+        // writable, and nothing else uses them.
+        unsafe { std::slice::from_raw_parts_mut(slot.base.as_ptr(), slot.accessible) }
+    }
+
+    /// Which of the slot's pages from `from` to `to` are resident.
+    fn resident(slot: &Slot, from: usize, to: usize) -> Vec<bool> {
+        let page = os_page();
+        let mut states = vec![0u8; (to - from).div_ceil(page)];
+        // SAFETY: the range lies in the slot's accessible part; one byte per page.
+        let status = unsafe {
+            libc::mincore(
+                slot.base.as_ptr().add(from).cast(),
+                to - from,
+                states.as_mut_ptr().cast(),
+            )
+        };
+        assert_eq!(status, 0, "{}", io::Error::last_os_error());
+        states.iter().map(|state| state & 1 == 1).collect()
+    }
+
+    #[test]
+    fn a_reset_writes_back_only_the_pages_a_memory_wrote_and_keeps_them() {
+        let page = os_page();
+        let mut slot = Slot::reserve().unwrap();
+        slot.set_accessible(20 * WASM_PAGE_SIZE).unwrap();
+        // More separate runs than one scan reports, and pages only read (the zero page).
+        let written: Vec<usize> = (0..100).map(|run| run * 3 * page).collect();
+        let data = slot_bytes(&mut slot);
+        for &at in &written {
+            data[at + 17] = 5;
+        }
+        let read: u64 = (1..100).map(|run| data[run * 3 * page + page] as u64).sum();
+        assert_eq!(read, 0);
+        let Some(touched) = touched_pages(slot.base, 0, slot.accessible) else {
+            eprintln!("PAGEMAP_SCAN is not available here: resets go by mincore");
+            return;
+        };
+        let expected: Vec<(usize, usize)> = written.iter().map(|&at| (at, at + page)).collect();
+        assert_eq!(touched, expected);
+        slot.reset().unwrap();
+        assert!(slot_bytes(&mut slot).iter().all(|byte| *byte == 0));
+        // Put back with a write, not dropped: still resident.
+        let states = resident(&slot, 0, slot.accessible);
+        assert!(written.iter().all(|&at| states[at / page]));
+        // Zeroed pages are this memory's own still: the next reset names them again.
+        assert_eq!(
+            touched_pages(slot.base, 0, slot.accessible).unwrap(),
+            expected
+        );
+    }
+
+    #[test]
+    fn a_memory_that_touched_too_much_or_too_scattered_is_dropped_and_reads_zero() {
+        let page = os_page();
+        // Over the bytes a reset keeps resident, in one run.
+        let mut slot = Slot::reserve().unwrap();
+        let len = KEEP_RESIDENT + 4 * WASM_PAGE_SIZE;
+        slot.set_accessible(len).unwrap();
+        slot_bytes(&mut slot).fill(7);
+        slot.reset().unwrap();
+        // Dropped (before anything reads it, which would map the zero page).
+        if touched_pages(slot.base, 0, len).is_some() {
+            assert!(resident(&slot, 0, len).iter().all(|state| !state));
+        }
+        assert!(slot_bytes(&mut slot).iter().all(|byte| *byte == 0));
+        // More separate runs than a reset lists one by one.
+        let mut slot = Slot::reserve().unwrap();
+        let len = (2 * MAX_TOUCHED_RUNS + 2) * page;
+        slot.set_accessible(len.next_multiple_of(WASM_PAGE_SIZE))
+            .unwrap();
+        for run in 0..=MAX_TOUCHED_RUNS {
+            slot_bytes(&mut slot)[2 * run * page] = 1;
+        }
+        assert!(touched_pages(slot.base, 0, slot.accessible).is_none());
+        for _ in 0..2 {
+            slot.reset().unwrap();
+            assert!(slot_bytes(&mut slot).iter().all(|byte| *byte == 0));
+            slot_bytes(&mut slot)[page] = 1;
+        }
+    }
+
+    #[test]
+    fn a_slot_is_taken_from_a_module_no_longer_there_before_one_still_called() {
+        let with = |image: &Arc<Image>| {
+            let mut slot = Slot::reserve().unwrap();
+            slot.set_accessible(4 * WASM_PAGE_SIZE).unwrap();
+            slot.map_image(image).unwrap();
+            slot
+        };
+        let (kept, gone, wanted) = (image(), image(), image());
+        let mut idle = vec![with(&gone), with(&kept), with(&gone)];
+        drop(gone);
+        // Its own image first, then no image, then an image of a module that is gone.
+        assert_eq!(choose(&idle, Some(&kept)), Some(1));
+        assert_eq!(choose(&idle, Some(&wanted)), Some(2));
+        idle.push(Slot::reserve().unwrap());
+        assert_eq!(choose(&idle, Some(&wanted)), Some(3));
+        assert_eq!(choose(&idle, None), Some(3));
+        // Only live modules' images: the last released.
+        let mut idle = vec![with(&kept), with(&wanted)];
+        let other = image();
+        assert_eq!(choose(&idle, Some(&other)), Some(1));
+        idle.clear();
+        assert_eq!(choose(&idle, Some(&other)), None);
+    }
+
     /// An image of three wasm pages at 64 KiB, each byte its offset's low bits plus one.
     fn image() -> Arc<Image> {
         let bytes = (0..3 * WASM_PAGE_SIZE)
@@ -765,7 +938,7 @@ mod tests {
         assert!(sum > 0);
         bytes(&mut memory)[start + 3 * 4096 + 5] = 0;
         bytes(&mut memory)[start + 9 * 4096] = 0;
-        let Some(written) = written_pages(base, start, end) else {
+        let Some(written) = touched_pages(base, start, end) else {
             // The kernel cannot say (before Linux 6.7, or under an emulator): resets drop.
             eprintln!("PAGEMAP_SCAN is not available here: resets drop the image's span");
             return;
