@@ -126,6 +126,11 @@ impl Slot {
             return Err(io::Error::last_os_error());
         }
         let base = NonNull::new(base.cast::<u8>()).ok_or_else(|| io::Error::other("mmap: null"))?;
+        // No transparent huge pages: a guest's write would make a reset write back (or the
+        // kernel zero) a whole 2 MiB page where it touched 4 KiB. A kernel without them
+        // refuses the advice, which changes nothing.
+        // SAFETY: advice on this fresh reservation, which only this slot uses.
+        unsafe { libc::madvise(base.as_ptr().cast(), reservation(), libc::MADV_NOHUGEPAGE) };
         Ok(Slot {
             base,
             accessible: 0,
