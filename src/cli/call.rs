@@ -22,9 +22,8 @@ pub struct CallArgs {
     tool: String,
     /// The arguments, a JSON object; `-` reads them from stdin (default: {}).
     arguments: Option<String>,
-    /// The store folder (default: $HAKO_STORE, else ./.hako).
-    #[arg(long, env = "HAKO_STORE")]
-    store: Option<PathBuf>,
+    #[command(flatten)]
+    store: super::stores::StoreArgs,
     #[command(flatten)]
     engine: EngineArgs,
     /// Use DIR as /volume/tmp and keep it (default: a fresh folder, removed after the call).
@@ -88,12 +87,13 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
     let config = args.engine.config()?;
     let arguments = arguments(args.arguments.as_deref())?;
     let limits = args.limits.limits()?;
-    let store = super::open_store(args.store.as_deref())?;
+    let opened = args.store.open()?;
+    let store = &opened.store;
 
     // What to run: a package on disk (checked now), or a stored one (checked at upload).
     let (name, wasm, module_sha256, uses_simd, assets) = match super::target(&args.package) {
         Target::Path(path) => {
-            let package = super::load_package(&path, Some(&store))?;
+            let package = super::load_package(&path, Some(store))?;
             let assets = package.assets.clone();
             let name = package.manifest.name.clone();
             (
@@ -105,7 +105,7 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
             )
         }
         Target::Stored(name) => {
-            let stored = super::stored(&store, &name)?;
+            let stored = opened.stored(&name)?;
             if !stored.tools.iter().any(|tool| tool.name == args.tool) {
                 let names: Vec<&str> = stored.tools.iter().map(|t| t.name.as_str()).collect();
                 return Err(Failure::Usage(format!(

@@ -22,6 +22,7 @@ mod check;
 mod flags;
 mod run;
 mod serve;
+mod stores;
 mod tools;
 mod upload;
 
@@ -119,7 +120,19 @@ pub(crate) fn note(message: &str) {
 /// The store a command uses.
 fn open_store(dir: Option<&Path>) -> Result<Store, Failure> {
     let root = dir.map_or_else(crate::store::default_root, Path::to_path_buf);
+    folder_only(&root)?;
     Store::open(&root).map_err(|err| Failure::Host(err.into()))
+}
+
+/// Refuses a bucket given to a command that works on a store folder only.
+fn folder_only(store: &Path) -> Result<(), Failure> {
+    if store.to_string_lossy().starts_with("s3:/") {
+        return Err(Failure::Usage(format!(
+            "--store {}: this command works on a store folder only, not on a bucket yet",
+            store.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Loads and checks a package folder or archive, printing a refusal's reasons. An archive is

@@ -96,6 +96,7 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
         .store
         .clone()
         .unwrap_or_else(crate::store::default_root);
+    super::folder_only(&store)?;
     let mut config = ServeConfig::new(store);
     config.listen = args.listen;
     // An empty variable (HAKO_TOKEN=) is no token, as before roles.

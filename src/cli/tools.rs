@@ -1,8 +1,6 @@
 //! `hako tools PACKAGE|NAME`: the tools a package offers, as JSON. A stored package answers
 //! what its discovery recorded; a package on disk is discovered now (nothing is stored).
 
-use std::path::PathBuf;
-
 use clap::Args;
 
 use super::{Failure, Target};
@@ -14,17 +12,17 @@ use crate::store::ModuleSpec;
 pub struct ToolsArgs {
     /// A package folder or archive, or the name of a stored package.
     package: String,
-    /// The store folder (default: $HAKO_STORE, else ./.hako).
-    #[arg(long, env = "HAKO_STORE")]
-    store: Option<PathBuf>,
+    #[command(flatten)]
+    store: super::stores::StoreArgs,
 }
 
 pub fn run(args: ToolsArgs) -> Result<(), Failure> {
-    let store = super::open_store(args.store.as_deref())?;
+    let opened = args.store.open()?;
+    let store = &opened.store;
     let tools = match super::target(&args.package) {
-        Target::Stored(name) => super::stored(&store, &name)?.tools,
+        Target::Stored(name) => opened.stored(&name)?.tools,
         Target::Path(path) => {
-            let package = super::load_package(&path, Some(&store))?;
+            let package = super::load_package(&path, Some(store))?;
             let loaded = store
                 .load_module(
                     &ModuleSpec {

@@ -17,9 +17,8 @@ use crate::upload::{self, UploadError, UploadOptions};
 pub struct UploadArgs {
     /// A package folder, or a .tar.gz/.tgz archive of one.
     package: PathBuf,
-    /// The store folder (default: $HAKO_STORE, else ./.hako).
-    #[arg(long, env = "HAKO_STORE")]
-    store: Option<PathBuf>,
+    #[command(flatten)]
+    store: super::stores::StoreArgs,
     /// The engine to precompile for: wasmer, or wasmtime in a build with it (default: wasmer).
     #[arg(long, value_parser = engines::parse_engine, default_value = "wasmer")]
     engine: EngineKind,
@@ -35,8 +34,9 @@ pub struct UploadArgs {
 }
 
 pub fn run(args: UploadArgs) -> Result<(), Failure> {
-    let store = super::open_store(args.store.as_deref())?;
-    let package = super::load_package(&args.package, Some(&store))?;
+    let opened = args.store.open_writable()?;
+    let store = &opened.store;
+    let package = super::load_package(&args.package, Some(store))?;
     let configs = if args.compilers.is_empty() {
         vec![EngineConfig::new(args.engine, None)]
     } else {
@@ -53,7 +53,7 @@ pub fn run(args: UploadArgs) -> Result<(), Failure> {
         configs,
         targets: args.targets.clone(),
     };
-    let uploaded = match upload::upload(&store, &package, &options) {
+    let mut uploaded = match upload::upload(store, &package, &options) {
         Ok(uploaded) => uploaded,
         Err(err @ UploadError::Target { .. }) => return Err(Failure::Usage(err.to_string())),
         Err(UploadError::Refused(refusal)) => {
@@ -72,6 +72,7 @@ pub fn run(args: UploadArgs) -> Result<(), Failure> {
             ))
         }
     };
+    uploaded.put = opened.publish(&uploaded.name, uploaded.put)?;
     for message in &uploaded.notes {
         note(message);
     }

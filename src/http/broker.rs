@@ -27,6 +27,7 @@ use std::time::Instant;
 
 pub use body::MAX_INLINE_BYTES;
 pub use client::BrokerError;
+pub(crate) use client::{roots, tls_config};
 pub use exchange::MAX_REDIRECTS;
 pub use hyper_broker::HyperBroker;
 pub use lazy::LazyBroker;

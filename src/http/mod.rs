@@ -47,6 +47,7 @@ pub use broker::{
     forbidden_range, Broker, BrokerError, HyperBroker, LazyBroker, NoBroker, Resolve, SendContext,
     StaticResolver, SystemResolver, VolumeDirs, VolumeRoot, MAX_INLINE_BYTES, MAX_REDIRECTS,
 };
+pub(crate) use broker::{roots, tls_config};
 pub use credential::{Credential, InjectedHeader, Secret, SecretSource};
 pub use policy::{PackagePolicy, Policy, PolicyError, TlsPolicy, CREDENTIAL_HEADERS};
 pub use request::{Body, Method, Output, Request, MAX_REQUEST_BYTES};

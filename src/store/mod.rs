@@ -20,8 +20,10 @@
 //! `<name>/<version>/`, is still read.
 
 pub mod artifact;
+pub mod bucket;
 mod loader;
 mod modules;
+pub mod remote;
 pub mod staging;
 
 use std::fs;
@@ -278,7 +280,8 @@ impl Store {
         }
     }
 
-    fn version(&self, name: &str, version: &str) -> Result<StoredPackage, StoreError> {
+    /// A stored version, whether or not the package offers it now.
+    pub fn version(&self, name: &str, version: &str) -> Result<StoredPackage, StoreError> {
         let dir = self.version_dir(name, version);
         let record: UploadRecord = read_json(&dir.join("upload.json"))?;
         let tools: Vec<Tool> = read_json(&dir.join("tools.json"))?;
@@ -360,13 +363,38 @@ impl Store {
             let _moved = staging.keep();
             PutResult::Stored
         };
+        self.set_current(name, version)?;
+        Ok(result)
+    }
+
+    /// Records that the stored version `version` of `name` is the one whose record in a bucket
+    /// has SHA-256 `record_sha256` (see [`remote`]).
+    pub fn note_record(
+        &self,
+        name: &str,
+        version: &str,
+        record_sha256: &str,
+    ) -> Result<(), StoreError> {
+        let dir = self.package_dir(name).join("records");
+        fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
+        artifact::write_atomically(&dir.join(version), record_sha256.as_bytes(), &self.staging)
+            .map_err(io("writing", &dir))
+    }
+
+    /// The digest [`Store::note_record`] recorded for a version, if any.
+    pub fn noted_record(&self, name: &str, version: &str) -> Option<String> {
+        fs::read_to_string(self.package_dir(name).join("records").join(version)).ok()
+    }
+
+    /// Makes a stored version what the package offers.
+    pub fn set_current(&self, name: &str, version: &str) -> Result<(), StoreError> {
+        let package_dir = self.package_dir(name);
         artifact::write_atomically(
             &package_dir.join("current"),
             version.as_bytes(),
             &self.staging,
         )
-        .map_err(io("writing", &package_dir))?;
-        Ok(result)
+        .map_err(io("writing", &package_dir))
     }
 }
 

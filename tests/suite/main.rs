@@ -22,6 +22,7 @@ mod guests_build;
 mod http_abi;
 mod leftovers;
 mod memory_images;
+mod object_store;
 mod run_command;
 mod sandbox_rules;
 mod serve_api;

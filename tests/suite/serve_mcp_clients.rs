@@ -43,37 +43,7 @@ fn install() -> Result<PathBuf, String> {
             return Ok(python);
         }
     }
-    let created = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .output()
-        .map_err(|err| {
-            format!("python3 is needed to run the MCP Python SDK ({err}); install python3 and python3-venv")
-        })?;
-    if !created.status.success() {
-        return Err(format!(
-            "`python3 -m venv {}` failed (install python3-venv): {}",
-            venv.display(),
-            String::from_utf8_lossy(&created.stderr)
-        ));
-    }
-    let pip = Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            MCP_REQUIREMENT,
-        ])
-        .output()
-        .map_err(|err| format!("running pip: {err}"))?;
-    if !pip.status.success() {
-        return Err(format!(
-            "`pip install {MCP_REQUIREMENT}` failed: {}",
-            String::from_utf8_lossy(&pip.stderr)
-        ));
-    }
+    support::pip_venv("mcp-venv", MCP_REQUIREMENT, "to run the MCP Python SDK")?;
     Ok(python)
 }
 

@@ -245,8 +245,47 @@ fn write(path: &Path, bytes: &[u8]) {
         panic!("cannot write {}: {error}", path.display());
     }
 }
+/// Makes the venv `$CARGO_TARGET_TMPDIR/<name>` (reused across runs) and installs
+/// `requirement` into it from PyPI; returns the venv. `purpose` says what for, in errors.
+pub fn pip_venv(name: &str, requirement: &str, purpose: &str) -> Result<PathBuf, String> {
+    let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let created = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .output()
+        .map_err(|err| {
+            format!("python3 is needed {purpose} ({err}); install python3 and python3-venv")
+        })?;
+    if !created.status.success() {
+        return Err(format!(
+            "`python3 -m venv {}` failed (install python3-venv): {}",
+            venv.display(),
+            String::from_utf8_lossy(&created.stderr)
+        ));
+    }
+    let pip = Command::new(venv.join("bin").join("python"))
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .arg(requirement)
+        .output()
+        .map_err(|err| format!("running pip: {err}"))?;
+    if !pip.status.success() {
+        return Err(format!(
+            "`pip install {requirement}` failed: {}",
+            String::from_utf8_lossy(&pip.stderr)
+        ));
+    }
+    Ok(venv)
+}
+
 pub mod host;
 pub mod https;
+pub mod seaweed;
 
 /// The committed example module's bytes.
 pub fn greet_wasm() -> Vec<u8> {

@@ -1,0 +1,132 @@
+//! `--store` and `--cache`: the store a command uses, a folder or a bucket. On a bucket the
+//! command works on a local cache folder (an ordinary store: what was fetched, checked and
+//! compiled) and reads from or publishes to the bucket through [`crate::store::remote`];
+//! every other part of the command sees one [`Store`], whichever it is.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use super::Failure;
+use crate::store::bucket::{self, Bucket, Location};
+use crate::store::remote::{self, RemoteError};
+use crate::store::{PutResult, Store, StoreError, StoredPackage};
+
+/// `--store` and `--cache`.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// The store: a folder, or an S3-compatible bucket as s3://BUCKET[/PREFIX] (endpoint,
+    /// region and credentials from the AWS_* variables) (default: $HAKO_STORE, else ./.hako).
+    #[arg(long, env = "HAKO_STORE", value_name = "DIR|s3://BUCKET[/PREFIX]")]
+    store: Option<String>,
+    /// With a bucket: the local cache folder of fetched packages and compiled artifacts
+    /// (default: $XDG_CACHE_HOME/hako, else ~/.cache/hako).
+    #[arg(long, env = "HAKO_CACHE", value_name = "DIR")]
+    cache: Option<PathBuf>,
+}
+
+/// The store a command opened.
+pub struct Opened {
+    /// The folder store, or a bucket's local cache.
+    pub store: Store,
+    remote: Option<Remote>,
+}
+
+struct Remote {
+    bucket: Bucket,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl StoreArgs {
+    /// Opens the store to read it.
+    pub fn open(&self) -> Result<Opened, Failure> {
+        self.open_for(false)
+    }
+
+    /// Opens the store to write it too: a bucket must honour conditional writes.
+    pub fn open_writable(&self) -> Result<Opened, Failure> {
+        self.open_for(true)
+    }
+
+    fn open_for(&self, writing: bool) -> Result<Opened, Failure> {
+        let location = match &self.store {
+            Some(value) => Location::parse(value).map_err(|err| Failure::Usage(err.to_string()))?,
+            None => Location::Folder(crate::store::default_root()),
+        };
+        match location {
+            Location::Folder(dir) => Ok(Opened {
+                store: open_folder(&dir)?,
+                remote: None,
+            }),
+            Location::Bucket { bucket, prefix } => {
+                let cache = self.cache.clone().unwrap_or_else(default_cache);
+                let store = open_folder(&cache)?;
+                let runtime = bucket::runtime().map_err(|err| Failure::Host(err.into()))?;
+                let bucket = runtime
+                    .block_on(async {
+                        let bucket = Bucket::open(&bucket, &prefix).await?;
+                        if writing {
+                            bucket.check_conditional_writes().await?;
+                        }
+                        Ok::<_, bucket::BucketError>(bucket)
+                    })
+                    .map_err(|err| Failure::Host(err.into()))?;
+                Ok(Opened {
+                    store,
+                    remote: Some(Remote { bucket, runtime }),
+                })
+            }
+        }
+    }
+}
+
+/// `$XDG_CACHE_HOME/hako`, else `~/.cache/hako`, else `./.hako-cache`.
+pub fn default_cache() -> PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|dir| !dir.is_empty()) {
+        return PathBuf::from(dir).join("hako");
+    }
+    match std::env::var_os("HOME").filter(|dir| !dir.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".cache").join("hako"),
+        None => PathBuf::from(".hako-cache"),
+    }
+}
+
+fn open_folder(dir: &Path) -> Result<Store, Failure> {
+    Store::open(dir).map_err(|err| Failure::Host(err.into()))
+}
+
+impl Opened {
+    /// The version `name` offers now: on a bucket, fetched into the cache unless it is there.
+    pub fn stored(&self, name: &str) -> Result<StoredPackage, Failure> {
+        let found = match &self.remote {
+            None => self.store.get(name).map_err(RemoteError::Store),
+            Some(remote) => {
+                remote
+                    .runtime
+                    .block_on(remote::sync(&remote.bucket, &self.store, name))
+            }
+        };
+        found.map_err(|err| match err {
+            RemoteError::Store(err @ StoreError::UnknownPackage(_)) => Failure::Usage(format!(
+                "{err} (give a package folder or archive, or upload it first)"
+            )),
+            other => Failure::Host(other.into()),
+        })
+    }
+
+    /// After a version was stored in the store (the cache, on a bucket): publishes it to the
+    /// bucket, where the result is what counts.
+    pub fn publish(&self, name: &str, stored: PutResult) -> Result<PutResult, Failure> {
+        let Some(remote) = &self.remote else {
+            return Ok(stored);
+        };
+        let version = self
+            .store
+            .get(name)
+            .map_err(|err| Failure::Host(err.into()))?;
+        remote
+            .runtime
+            .block_on(remote::publish(&remote.bucket, &version, Some(&self.store)))
+            .map_err(|err| Failure::Host(err.into()))
+    }
+}

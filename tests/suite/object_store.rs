@@ -1,0 +1,339 @@
+//! A store on an S3-compatible bucket (`--store s3://BUCKET[/PREFIX]`), against a real
+//! SeaweedFS started by the tests: uploads through the CLI, calls from an empty cache, the
+//! bucket's layout and consistency under concurrent uploads, tampering, and bad credentials.
+
+use std::path::Path;
+use std::process::Output;
+
+use bytes::Bytes;
+use hako::store::bucket::Read;
+use hako::store::remote::{Pointer, Record};
+
+use crate::support;
+use crate::support::seaweed::{Seaweed, BUCKET};
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn succeeded(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "status {:?}\nstdout: {}\nstderr: {}",
+        output.status,
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+    text(&output.stdout)
+}
+
+/// `hako ARGS --store s3://hako/PREFIX --cache CACHE` against `seaweed`.
+fn hako(seaweed: &Seaweed, prefix: &str, cache: &Path, args: &[&str]) -> Output {
+    seaweed
+        .hako()
+        .args(args)
+        .args(["--store", &format!("s3://{BUCKET}/{prefix}")])
+        .args(["--cache", support::arg(cache)])
+        .output()
+        .expect("hako runs")
+}
+
+/// `hako upload PACKAGE --json` to the bucket: its summary.
+fn upload_json(seaweed: &Seaweed, prefix: &str, cache: &Path, package: &Path) -> serde_json::Value {
+    let out = succeeded(&hako(
+        seaweed,
+        prefix,
+        cache,
+        &["upload", support::arg(package), "--json"],
+    ));
+    serde_json::from_str(&out).unwrap()
+}
+
+/// The greet package as version `version`, in a folder of its own.
+fn greet_version(version: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let source = support::greet_package_dir();
+    std::fs::copy(source.join("module.wasm"), dir.path().join("module.wasm")).unwrap();
+    let manifest = std::fs::read_to_string(source.join("subako-package.json")).unwrap();
+    let mut manifest: serde_json::Value = serde_json::from_str(&manifest).unwrap();
+    manifest["version"] = version.into();
+    std::fs::write(
+        dir.path().join("subako-package.json"),
+        serde_json::to_vec(&manifest).unwrap(),
+    )
+    .unwrap();
+    dir
+}
+
+const GREET_ARGS: &str = r#"{"name":"bucket"}"#;
+
+#[test]
+fn a_package_uploaded_to_a_bucket_is_called_from_an_empty_cache() {
+    let seaweed = Seaweed::start();
+    let uploader = tempfile::tempdir().unwrap();
+    let greet = support::greet_package_dir();
+    let summary = upload_json(&seaweed, "one", uploader.path(), &greet);
+    assert_eq!(summary["stored"], true, "{summary}");
+
+    let node = tempfile::tempdir().unwrap();
+    let out = succeeded(&hako(
+        &seaweed,
+        "one",
+        node.path(),
+        &["call", "greet", "greet", GREET_ARGS],
+    ));
+    assert!(out.contains("bucket"), "{out}");
+    // The node's cache now holds the version, checked and compiled there.
+    assert!(node.path().join("packages/greet/current").is_file());
+    let tools = succeeded(&hako(&seaweed, "one", node.path(), &["tools", "greet"]));
+    assert!(tools.contains("\"greet\""), "{tools}");
+
+    // The same version again is unchanged, in the bucket too.
+    let summary = upload_json(&seaweed, "one", uploader.path(), &greet);
+    assert_eq!(summary["stored"], false, "{summary}");
+
+    // Another prefix of the same bucket is another store.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = hako(&seaweed, "two", elsewhere.path(), &["tools", "greet"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("no package named \"greet\""),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_new_version_in_the_bucket_is_what_a_node_with_the_old_one_calls_next() {
+    let seaweed = Seaweed::start();
+    let (uploader, node) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // The last is the first again: the node's cache has it already, and offers it again.
+    for (version, read) in [("1.0.0", "call"), ("1.1.0", "call"), ("1.0.0", "tools")] {
+        let package = greet_version(version);
+        succeeded(&hako(
+            &seaweed,
+            "versions",
+            uploader.path(),
+            &["upload", support::arg(package.path())],
+        ));
+        let args: &[&str] = match read {
+            "call" => &["call", "greet", "greet", GREET_ARGS],
+            _ => &["tools", "greet"],
+        };
+        succeeded(&hako(&seaweed, "versions", node.path(), args));
+        let current = std::fs::read_to_string(node.path().join("packages/greet/current")).unwrap();
+        assert_eq!(current, version);
+    }
+}
+
+#[test]
+fn concurrent_uploads_leave_current_at_one_complete_version() {
+    let seaweed = Seaweed::start();
+    let versions: Vec<String> = (0..8).map(|i| format!("2.0.{i}")).collect();
+    let packages: Vec<_> = versions.iter().map(|v| greet_version(v)).collect();
+    let caches: Vec<_> = versions
+        .iter()
+        .map(|_| tempfile::tempdir().unwrap())
+        .collect();
+    let children: Vec<_> = packages
+        .iter()
+        .zip(&caches)
+        .map(|(package, cache)| {
+            seaweed
+                .hako()
+                .args(["upload", support::arg(package.path())])
+                .args(["--store", &format!("s3://{BUCKET}/race")])
+                .args(["--cache", support::arg(cache.path())])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        succeeded(&child.wait_with_output().unwrap());
+    }
+    let (runtime, bucket) = seaweed.bucket("race");
+    let pointer = match runtime
+        .block_on(bucket.read("packages/greet/current", None))
+        .unwrap()
+    {
+        Read::Found { bytes, .. } => serde_json::from_slice::<Pointer>(&bytes).unwrap(),
+        other => panic!("no pointer: {other:?}"),
+    };
+    assert!(versions.contains(&pointer.version), "{pointer:?}");
+    // Every record names only blobs that are there, and the pointer names one of them.
+    let records = runtime.block_on(bucket.list("versions/greet")).unwrap();
+    assert_eq!(records.len(), 8, "{records:?}");
+    let mut pointed = false;
+    for key in records {
+        let Read::Found { bytes, .. } = runtime
+            .block_on(bucket.read(&format!("versions/greet/{key}"), None))
+            .unwrap()
+        else {
+            panic!("{key} listed but not read");
+        };
+        pointed |= hako::store::sha256_hex(&bytes) == pointer.record_sha256;
+        let record: Record = serde_json::from_slice(&bytes).unwrap();
+        for (path, digest) in &record.files {
+            let blob = runtime
+                .block_on(bucket.read(&format!("blobs/sha256/{digest}"), None))
+                .unwrap();
+            assert!(
+                matches!(blob, Read::Found { .. }),
+                "{key}: {path} is missing"
+            );
+        }
+    }
+    assert!(pointed, "the pointer names no record: {pointer:?}");
+    // And a node serves it.
+    let node = tempfile::tempdir().unwrap();
+    succeeded(&hako(
+        &seaweed,
+        "race",
+        node.path(),
+        &["call", "greet", "greet", GREET_ARGS],
+    ));
+    let current = std::fs::read_to_string(node.path().join("packages/greet/current")).unwrap();
+    assert_eq!(current, pointer.version);
+}
+
+/// Replaces an object of the bucket whatever it holds (as a writer of the bucket could).
+fn overwrite(seaweed: &Seaweed, prefix: &str, key: &str, edit: impl FnOnce(&mut Vec<u8>)) {
+    let (runtime, bucket) = seaweed.bucket(prefix);
+    let Read::Found { bytes, etag } = runtime.block_on(bucket.read(key, None)).unwrap() else {
+        panic!("{key} is not in the bucket");
+    };
+    let mut bytes = bytes.to_vec();
+    edit(&mut bytes);
+    let written = runtime
+        .block_on(bucket.update(key, Bytes::from(bytes), etag.unwrap()))
+        .unwrap();
+    assert_eq!(written, hako::store::bucket::Written::Done);
+}
+
+#[test]
+fn a_tampered_blob_or_record_is_refused_and_never_run() {
+    let seaweed = Seaweed::start();
+    let uploader = tempfile::tempdir().unwrap();
+    let greet = support::greet_package_dir();
+    succeeded(&hako(
+        &seaweed,
+        "tamper",
+        uploader.path(),
+        &["upload", support::arg(&greet)],
+    ));
+    let module = hako::store::sha256_hex(&std::fs::read(greet.join("module.wasm")).unwrap());
+
+    // A flipped byte in the module's blob.
+    overwrite(
+        &seaweed,
+        "tamper",
+        &format!("blobs/sha256/{module}"),
+        |bytes| {
+            let last = bytes.len() - 1;
+            bytes[last] ^= 1;
+        },
+    );
+    let node = tempfile::tempdir().unwrap();
+    let out = hako(
+        &seaweed,
+        "tamper",
+        node.path(),
+        &["call", "greet", "greet", GREET_ARGS],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("blobs/sha256/{module}")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("module.wasm has SHA-256"), "{stderr}");
+    assert!(!node.path().join("packages/greet/current").exists());
+
+    // An edited record (a tool's description), which its pointer's digest no longer matches.
+    let record = "versions/greet/0.1.0.json";
+    let version = serde_json::from_str::<serde_json::Value>(
+        &std::fs::read_to_string(greet.join("subako-package.json")).unwrap(),
+    )
+    .unwrap()["version"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let record = record.replace("0.1.0", &version);
+    overwrite(&seaweed, "tamper", &record, |bytes| {
+        let edited = String::from_utf8(bytes.clone()).unwrap().replacen(
+            "\"description\"",
+            "\"description\" ",
+            1,
+        );
+        *bytes = edited.into_bytes();
+    });
+    let out = hako(&seaweed, "tamper", node.path(), &["tools", "greet"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the record's SHA-256 is"), "{stderr}");
+}
+
+#[test]
+fn wrong_credentials_get_an_error_naming_the_store_and_the_status() {
+    let seaweed = Seaweed::start();
+    let cache = tempfile::tempdir().unwrap();
+    let out = seaweed
+        .hako()
+        .env("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+        .args(["tools", "greet", "--store", &format!("s3://{BUCKET}/creds")])
+        .args(["--cache", support::arg(cache.path())])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("s3://{BUCKET}")), "{stderr}");
+    assert!(stderr.contains("403"), "{stderr}");
+    // An upload is refused before anything is written, by the conditional-write probe.
+    let greet = support::greet_package_dir();
+    let out = seaweed
+        .hako()
+        .env("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+        .args([
+            "upload",
+            support::arg(&greet),
+            "--store",
+            &format!("s3://{BUCKET}/creds"),
+        ])
+        .args(["--cache", support::arg(cache.path())])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("403"), "{stderr}");
+    assert!(
+        !cache.path().join("packages").exists(),
+        "nothing was uploaded"
+    );
+}
+
+#[test]
+fn a_bad_store_argument_is_a_usage_error_naming_the_rule() {
+    let out = support::hako_command()
+        .args(["tools", "greet", "--store", "s3://Bad_Bucket"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("a bucket name is 3 to 63"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Commands that do not work on a bucket yet say so.
+    let out = support::hako_command()
+        .args(["serve", "--store", "s3://hako"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("not on a bucket yet"),
+        "{}",
+        text(&out.stderr)
+    );
+}
