@@ -153,27 +153,46 @@ fn concurrent_uploads_leave_current_at_one_complete_version() {
     for child in children {
         succeeded(&child.wait_with_output().unwrap());
     }
-    let (runtime, bucket) = seaweed.bucket("race");
+    let (pointer, records) = consistent(&seaweed, "race");
+    let pointer = pointer.expect("a pointer");
+    assert!(versions.contains(&pointer.version), "{pointer:?}");
+    assert_eq!(records, 8);
+    // And a node serves it.
+    let node = tempfile::tempdir().unwrap();
+    succeeded(&hako(
+        &seaweed,
+        "race",
+        node.path(),
+        &["call", "greet", "greet", GREET_ARGS],
+    ));
+    let current = std::fs::read_to_string(node.path().join("packages/greet/current")).unwrap();
+    assert_eq!(current, pointer.version);
+}
+
+/// Checks that the bucket under `prefix` is consistent: every record names only blobs that
+/// are there, and the pointer (if any) names a record by its digest. Returns the pointer and
+/// how many records there are.
+fn consistent(seaweed: &Seaweed, prefix: &str) -> (Option<Pointer>, usize) {
+    let (runtime, bucket) = seaweed.bucket(prefix);
     let pointer = match runtime
         .block_on(bucket.read("packages/greet/current", None))
         .unwrap()
     {
-        Read::Found { bytes, .. } => serde_json::from_slice::<Pointer>(&bytes).unwrap(),
-        other => panic!("no pointer: {other:?}"),
+        Read::Found { bytes, .. } => Some(serde_json::from_slice::<Pointer>(&bytes).unwrap()),
+        _ => None,
     };
-    assert!(versions.contains(&pointer.version), "{pointer:?}");
-    // Every record names only blobs that are there, and the pointer names one of them.
     let records = runtime.block_on(bucket.list("versions/greet")).unwrap();
-    assert_eq!(records.len(), 8, "{records:?}");
     let mut pointed = false;
-    for key in records {
+    for key in &records {
         let Read::Found { bytes, .. } = runtime
             .block_on(bucket.read(&format!("versions/greet/{key}"), None))
             .unwrap()
         else {
             panic!("{key} listed but not read");
         };
-        pointed |= hako::store::sha256_hex(&bytes) == pointer.record_sha256;
+        pointed |= pointer
+            .as_ref()
+            .is_some_and(|pointer| hako::store::sha256_hex(&bytes) == pointer.record_sha256);
         let record: Record = serde_json::from_slice(&bytes).unwrap();
         for (path, digest) in &record.files {
             let blob = runtime
@@ -185,17 +204,91 @@ fn concurrent_uploads_leave_current_at_one_complete_version() {
             );
         }
     }
-    assert!(pointed, "the pointer names no record: {pointer:?}");
-    // And a node serves it.
+    assert!(
+        pointed || pointer.is_none(),
+        "the pointer names no record: {pointer:?}"
+    );
+    (pointer, records.len())
+}
+
+#[test]
+fn an_upload_killed_at_any_point_leaves_the_bucket_consistent() {
+    let seaweed = Seaweed::start();
+    let cache = tempfile::tempdir().unwrap();
+    let upload = |version: &str| {
+        let package = greet_version(version);
+        let started = std::time::Instant::now();
+        let child = seaweed
+            .hako()
+            .args(["upload", support::arg(package.path())])
+            .args(["--store", &format!("s3://{BUCKET}/killed")])
+            .args(["--cache", support::arg(cache.path())])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        (package, started, child)
+    };
+    // How long a whole upload takes here, and so where its writes to the bucket fall.
+    // (The second, whose cache is as warm as the trials' will be.)
+    let mut whole = std::time::Duration::ZERO;
+    for version in ["3.0.0", "3.0.1"] {
+        let (_package, started, child) = upload(version);
+        assert!(child.wait_with_output().unwrap().status.success());
+        whole = started.elapsed();
+    }
+    const TRIALS: u32 = 20;
+    let mut killed_after = Vec::new();
+    let mut seen_records = consistent(&seaweed, "killed").1;
+    for trial in 0..TRIALS {
+        // Half spread over the whole upload, half around its end, where its writes to the
+        // bucket are (the rest is the local check, compile and discovery), in an order that
+        // is not monotonic.
+        let at = (trial * 7) % TRIALS;
+        let fraction = if at.is_multiple_of(2) {
+            f64::from(at) / f64::from(TRIALS)
+        } else {
+            0.88 + 0.2 * f64::from(at) / f64::from(TRIALS)
+        };
+        let (_package, started, mut child) = upload(&format!("3.1.{trial}"));
+        std::thread::sleep(whole.mul_f64(fraction));
+        let finished = child.try_wait().unwrap().is_some();
+        child.kill().unwrap_or(());
+        child.wait().unwrap();
+        let (pointer, records) = consistent(&seaweed, "killed");
+        let pointer = pointer.expect("the first upload's pointer at least");
+        assert!(
+            pointer.version == "3.0.1" || pointer.version.starts_with("3.1."),
+            "{pointer:?}"
+        );
+        let stage = if finished {
+            "after it ended"
+        } else if pointer.version == format!("3.1.{trial}") {
+            "after the swap"
+        } else if records > seen_records {
+            "after the record, before the swap"
+        } else {
+            "before the record"
+        };
+        seen_records = records;
+        killed_after.push((started.elapsed(), stage));
+    }
+    eprintln!("an upload takes {whole:?}; the kills: {killed_after:?}");
+    // The next upload succeeds, and a node serves it.
+    let (_package, _, child) = upload("3.2.0");
+    assert!(
+        child.wait_with_output().unwrap().status.success(),
+        "{killed_after:?}"
+    );
+    let (pointer, _) = consistent(&seaweed, "killed");
+    assert_eq!(pointer.unwrap().version, "3.2.0");
     let node = tempfile::tempdir().unwrap();
     succeeded(&hako(
         &seaweed,
-        "race",
+        "killed",
         node.path(),
         &["call", "greet", "greet", GREET_ARGS],
     ));
-    let current = std::fs::read_to_string(node.path().join("packages/greet/current")).unwrap();
-    assert_eq!(current, pointer.version);
 }
 
 /// Replaces an object of the bucket whatever it holds (as a writer of the bucket could).
