@@ -266,46 +266,39 @@ impl Slot {
     /// image's span from the image, elsewhere with zeros.
     fn restore_touched(&self, touched: &[(usize, usize)]) -> io::Result<()> {
         let (image_start, image_end) = self.image_span();
-        let source = self.image.as_ref().and_then(|image| image.bytes());
-        let mut inside = Vec::new();
-        let mut outside = Vec::new();
-        for &(from, to) in touched {
-            for (part_from, part_to, in_image) in [
-                (from, to.min(image_start), false),
-                (from.max(image_start), to.min(image_end), true),
-                (from.max(image_end), to, false),
-            ] {
-                if part_from < part_to {
-                    let runs = if in_image { &mut inside } else { &mut outside };
-                    runs.push((part_from, part_to));
+        // The part of a run inside the image's span (empty when it has none, or no image).
+        let inside = |&(from, to): &(usize, usize)| (from.max(image_start), to.min(image_end));
+        let length = |(from, to): (usize, usize)| to.saturating_sub(from);
+        let all: usize = touched.iter().copied().map(length).sum();
+        let in_image: usize = touched.iter().map(inside).map(length).sum();
+        if in_image > 0 {
+            match self.image.as_ref().and_then(|image| image.bytes()) {
+                Some(source) if in_image <= RESTORE_IN_PLACE => {
+                    for (from, to) in touched.iter().map(inside).filter(|&run| length(run) > 0) {
+                        // SAFETY: the range lies in the image's span, which is accessible and
+                        // owned by this slot (no guest runs on it any more); `source` is the
+                        // image's bytes for the span, and does not overlap the slot.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                source[from - image_start..to - image_start].as_ptr(),
+                                self.base.as_ptr().add(from),
+                                to - from,
+                            )
+                        };
+                    }
                 }
+                _ => self.drop_pages(image_start, image_end - image_start)?,
             }
         }
-        let total =
-            |runs: &[(usize, usize)]| runs.iter().map(|(from, to)| to - from).sum::<usize>();
-        match source {
-            Some(source) if total(&inside) <= RESTORE_IN_PLACE => {
-                for (from, to) in inside {
-                    // SAFETY: the range lies in the image's span, which is accessible and
-                    // owned by this slot (no guest runs on it any more); `source` is the
-                    // image's bytes for the span, and does not overlap the slot.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            source[from - image_start..to - image_start].as_ptr(),
-                            self.base.as_ptr().add(from),
-                            to - from,
-                        )
-                    };
-                }
-            }
-            _ if inside.is_empty() => {}
-            _ => self.drop_pages(image_start, image_end - image_start)?,
-        }
-        if total(&outside) > KEEP_RESIDENT {
+        if all - in_image > KEEP_RESIDENT {
             self.drop_pages(0, image_start)?;
             return self.drop_pages(image_end, self.accessible - image_end);
         }
-        for (from, to) in outside {
+        // The parts of each run before and after the image's span.
+        let parts = touched
+            .iter()
+            .flat_map(|&(from, to)| [(from, to.min(image_start)), (from.max(image_end), to)]);
+        for (from, to) in parts.filter(|&run| length(run) > 0) {
             // SAFETY: the range is accessible and owned by this slot; no guest runs on it any
             // more (its instance is gone) and nothing else holds a reference into it.
             unsafe { std::ptr::write_bytes(self.base.as_ptr().add(from), 0, to - from) };
