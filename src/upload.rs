@@ -46,6 +46,8 @@ pub struct ArtifactReport {
     /// How the module's memory is initialised with this artifact: a memory image mapped from
     /// it, or the data segments copied at each call and why.
     pub memory_init: String,
+    /// Its file name in the store's artifact folder.
+    pub file: String,
 }
 
 /// What an upload did.
@@ -157,6 +159,7 @@ pub fn upload(
                 bytes: written.bytes,
                 compile_ms: (compile_ms * 10.0).round() / 10.0,
                 memory_init: written.memory_init,
+                file: key.file_name(),
             });
             if engine.runs_here() && runnable.is_none() {
                 runnable = Some(module);

@@ -57,9 +57,9 @@ pub struct BenchArgs {
     /// Draw the comparison as an SVG file.
     #[arg(long, value_name = "FILE.svg", conflicts_with = "suite")]
     plot: Option<PathBuf>,
-    /// The store folder, for a stored package (default: $HAKO_STORE, else ./.hako).
-    #[arg(long, env = "HAKO_STORE")]
-    store: Option<PathBuf>,
+    /// For a stored package: its store, a folder or a bucket.
+    #[command(flatten)]
+    store: super::stores::StoreArgs,
 }
 
 pub fn run(args: BenchArgs) -> Result<(), Failure> {
@@ -106,8 +106,7 @@ fn run_package(args: &BenchArgs, engines: &[String], shape: RunShape) -> Result<
             (Some(package), workload, tools)
         }
         Target::Stored(name) => {
-            let store = super::open_store(args.store.as_deref())?;
-            let stored = super::stored(&store, &name)?;
+            let stored = args.store.open()?.stored(&name)?;
             let workload = Workload {
                 program: name,
                 wasm: stored.wasm().map_err(|err| Failure::Host(err.into()))?,

@@ -20,6 +20,7 @@ mod bench;
 mod call;
 mod check;
 mod flags;
+mod keygen;
 mod run;
 mod serve;
 mod stores;
@@ -56,6 +57,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Compare engines side by side on one tool of a package.
     Bench(bench::BenchArgs),
+    /// Write an ed25519 key pair that signs version records uploaded to a bucket.
+    Keygen(keygen::KeygenArgs),
     /// Run a WASI preview 1 command (a module or a package's) with this process's stdio; not
     /// an ABI call. Exits with the guest's status.
     Run(run::RunArgs),
@@ -108,6 +111,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Call(args) => call::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Keygen(args) => keygen::run(args),
         Command::Run(args) => run::run(args),
     }
 }

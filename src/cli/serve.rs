@@ -5,21 +5,32 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
 
 use super::{note, Failure, Target};
 use crate::engines::{self, Compiler, EngineConfig, EngineKind};
+use crate::serve::follow::FollowConfig;
 use crate::serve::roles::Tokens;
 use crate::serve::{self, ServeConfig, ServeError};
+use crate::store::bucket::Location;
+use crate::store::signing::SigningKey;
 use crate::upload::{self, UploadError, UploadOptions};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The store folder (default: $HAKO_STORE, else ./.hako).
-    #[arg(long, env = "HAKO_STORE")]
-    store: Option<PathBuf>,
+    #[command(flatten)]
+    store: super::stores::StoreArgs,
+    /// With a bucket: milliseconds between two looks at each package's pointer (a conditional
+    /// GET); a new version is served within about this long (default: 1000).
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    refresh_ms: u64,
+    /// With a bucket: sign the records of uploads through this node's API with this private
+    /// key (`hako keygen`).
+    #[arg(long, value_name = "FILE")]
+    signing_key: Option<PathBuf>,
     /// The address to listen on; anything but loopback needs a token.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7340")]
     listen: SocketAddr,
@@ -92,12 +103,30 @@ pub struct ServeArgs {
 }
 
 fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
-    let store = args
-        .store
-        .clone()
-        .unwrap_or_else(crate::store::default_root);
-    super::folder_only(&store)?;
+    let (store, follow) = match args.store.location()? {
+        Location::Folder(dir) => (dir, None),
+        Location::Bucket { bucket, prefix } => {
+            if args.refresh_ms == 0 {
+                return Err(Failure::Usage("--refresh-ms must be at least 1".into()));
+            }
+            let signer = match &args.signing_key {
+                Some(path) => Some(Arc::new(
+                    SigningKey::read(path).map_err(|err| Failure::Usage(err.to_string()))?,
+                )),
+                None => None,
+            };
+            let follow = FollowConfig {
+                bucket,
+                prefix,
+                trust: args.store.trust()?,
+                signer,
+                refresh: Duration::from_millis(args.refresh_ms),
+            };
+            (args.store.cache(), Some(follow))
+        }
+    };
     let mut config = ServeConfig::new(store);
+    config.follow = follow;
     config.listen = args.listen;
     // An empty variable (HAKO_TOKEN=) is no token, as before roles.
     fn given(token: &Option<String>) -> Option<&str> {
@@ -186,7 +215,16 @@ fn failure(err: ServeError) -> Failure {
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
     let config = config(&args)?;
     let Some(package) = &args.stdio else {
-        let store = config.store.display().to_string();
+        let store = match &config.follow {
+            Some(follow) => format!(
+                "s3://{}{}{} (cache {})",
+                follow.bucket,
+                if follow.prefix.is_empty() { "" } else { "/" },
+                follow.prefix,
+                config.store.display()
+            ),
+            None => config.store.display().to_string(),
+        };
         return serve::run_http(config, |addr| {
             // The one line on stdout: scripts and tests read the bound port from it.
             println!("hako: listening on http://{addr}");
@@ -196,6 +234,13 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     };
     let name = match super::target(package) {
         Target::Stored(name) => name,
+        Target::Path(path) if config.follow.is_some() => {
+            return Err(Failure::Usage(format!(
+                "serve --stdio {}: on a bucket, upload the package first (hako upload), then \
+                 serve it by name",
+                path.display()
+            )))
+        }
         Target::Path(path) => {
             let store = super::open_store(Some(&config.store))?;
             let loaded = super::load_package(&path, Some(&store))?;
@@ -217,6 +262,8 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
             }
         }
     };
-    super::stored(&super::open_store(Some(&config.store))?, &name)?;
+    if config.follow.is_none() {
+        super::stored(&super::open_store(Some(&config.store))?, &name)?;
+    }
     serve::run_stdio(config, &name).map_err(failure)
 }

@@ -9,7 +9,8 @@ use clap::Args;
 
 use super::Failure;
 use crate::store::bucket::{self, Bucket, Location};
-use crate::store::remote::{self, RemoteError};
+use crate::store::remote::{self, RemoteError, Trust};
+use crate::store::signing::{SigningKey, TrustedKeys};
 use crate::store::{PutResult, Store, StoreError, StoredPackage};
 
 /// `--store` and `--cache`.
@@ -23,6 +24,13 @@ pub struct StoreArgs {
     /// (default: $XDG_CACHE_HOME/hako, else ~/.cache/hako).
     #[arg(long, env = "HAKO_CACHE", value_name = "DIR")]
     cache: Option<PathBuf>,
+    /// With a bucket: a public key (`hako keygen`'s .pub) whose signed records' native code
+    /// this node loads (repeatable); without one, every module is compiled here.
+    #[arg(long = "trust-key", value_name = "FILE")]
+    trust_keys: Vec<PathBuf>,
+    /// With a bucket: refuse a version whose record no trusted key signed.
+    #[arg(long)]
+    require_signed: bool,
 }
 
 /// The store a command opened.
@@ -34,6 +42,7 @@ pub struct Opened {
 
 struct Remote {
     bucket: Bucket,
+    trust: Trust,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -48,19 +57,38 @@ impl StoreArgs {
         self.open_for(true)
     }
 
+    /// Where the store is.
+    pub fn location(&self) -> Result<Location, Failure> {
+        match &self.store {
+            Some(value) => Location::parse(value).map_err(|err| Failure::Usage(err.to_string())),
+            None => Ok(Location::Folder(crate::store::default_root())),
+        }
+    }
+
+    /// The cache folder of a bucket.
+    pub fn cache(&self) -> PathBuf {
+        self.cache.clone().unwrap_or_else(default_cache)
+    }
+
+    /// What the command trusts of a bucket's native code.
+    pub fn trust(&self) -> Result<Trust, Failure> {
+        let keys =
+            TrustedKeys::read(&self.trust_keys).map_err(|err| Failure::Usage(err.to_string()))?;
+        Ok(Trust {
+            keys,
+            require_signed: self.require_signed,
+        })
+    }
+
     fn open_for(&self, writing: bool) -> Result<Opened, Failure> {
-        let location = match &self.store {
-            Some(value) => Location::parse(value).map_err(|err| Failure::Usage(err.to_string()))?,
-            None => Location::Folder(crate::store::default_root()),
-        };
-        match location {
+        let trust = self.trust()?;
+        match self.location()? {
             Location::Folder(dir) => Ok(Opened {
                 store: open_folder(&dir)?,
                 remote: None,
             }),
             Location::Bucket { bucket, prefix } => {
-                let cache = self.cache.clone().unwrap_or_else(default_cache);
-                let store = open_folder(&cache)?;
+                let store = open_folder(&self.cache())?;
                 let runtime = bucket::runtime().map_err(|err| Failure::Host(err.into()))?;
                 let bucket = runtime
                     .block_on(async {
@@ -73,7 +101,11 @@ impl StoreArgs {
                     .map_err(|err| Failure::Host(err.into()))?;
                 Ok(Opened {
                     store,
-                    remote: Some(Remote { bucket, runtime }),
+                    remote: Some(Remote {
+                        bucket,
+                        trust,
+                        runtime,
+                    }),
                 })
             }
         }
@@ -100,11 +132,22 @@ impl Opened {
     pub fn stored(&self, name: &str) -> Result<StoredPackage, Failure> {
         let found = match &self.remote {
             None => self.store.get(name).map_err(RemoteError::Store),
-            Some(remote) => {
-                remote
-                    .runtime
-                    .block_on(remote::sync(&remote.bucket, &self.store, name))
-            }
+            Some(remote) => remote
+                .runtime
+                .block_on(remote::sync(
+                    &remote.bucket,
+                    &self.store,
+                    name,
+                    &remote.trust,
+                ))
+                .map(|synced| {
+                    if let Some(why) = &synced.untrusted {
+                        super::note(&format!(
+                            "compiling {name} here: its artifacts in the bucket are not used, as {why}"
+                        ));
+                    }
+                    synced.stored
+                }),
         };
         found.map_err(|err| match err {
             RemoteError::Store(err @ StoreError::UnknownPackage(_)) => Failure::Usage(format!(
@@ -114,9 +157,16 @@ impl Opened {
         })
     }
 
-    /// After a version was stored in the store (the cache, on a bucket): publishes it to the
-    /// bucket, where the result is what counts.
-    pub fn publish(&self, name: &str, stored: PutResult) -> Result<PutResult, Failure> {
+    /// After a version was stored in the store (the cache, on a bucket) with the artifacts
+    /// `artifacts`: publishes it to the bucket, signed by `signer`, where the result is what
+    /// counts.
+    pub fn publish(
+        &self,
+        name: &str,
+        stored: PutResult,
+        artifacts: &[String],
+        signer: Option<&SigningKey>,
+    ) -> Result<PutResult, Failure> {
         let Some(remote) = &self.remote else {
             return Ok(stored);
         };
@@ -126,7 +176,13 @@ impl Opened {
             .map_err(|err| Failure::Host(err.into()))?;
         remote
             .runtime
-            .block_on(remote::publish(&remote.bucket, &version, Some(&self.store)))
+            .block_on(remote::publish(
+                &remote.bucket,
+                &version,
+                &self.store,
+                artifacts,
+                signer,
+            ))
             .map_err(|err| Failure::Host(err.into()))
     }
 }

@@ -10,6 +10,7 @@ use clap::Args;
 use super::{note, Failure};
 use crate::call::DiscoveryError;
 use crate::engines::{self, Compiler, EngineConfig, EngineKind};
+use crate::store::signing::SigningKey;
 use crate::store::PutResult;
 use crate::upload::{self, UploadError, UploadOptions};
 
@@ -28,12 +29,20 @@ pub struct UploadArgs {
     /// A target triple to precompile for (repeatable; default: this machine).
     #[arg(long = "target")]
     targets: Vec<String>,
+    /// With a bucket: sign the version's record with this private key (`hako keygen`), so
+    /// that nodes trusting its public key load the artifacts compiled here.
+    #[arg(long, value_name = "FILE")]
+    signing_key: Option<PathBuf>,
     /// Print what was stored as JSON on stdout.
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(args: UploadArgs) -> Result<(), Failure> {
+    let signer = match &args.signing_key {
+        Some(path) => Some(SigningKey::read(path).map_err(|err| Failure::Usage(err.to_string()))?),
+        None => None,
+    };
     let opened = args.store.open_writable()?;
     let store = &opened.store;
     let package = super::load_package(&args.package, Some(store))?;
@@ -72,7 +81,8 @@ pub fn run(args: UploadArgs) -> Result<(), Failure> {
             ))
         }
     };
-    uploaded.put = opened.publish(&uploaded.name, uploaded.put)?;
+    let files: Vec<String> = uploaded.artifacts.iter().map(|a| a.file.clone()).collect();
+    uploaded.put = opened.publish(&uploaded.name, uploaded.put, &files, signer.as_ref())?;
     for message in &uploaded.notes {
         note(message);
     }

@@ -25,7 +25,8 @@ use super::pool::Rejected;
 use super::roles::Caller;
 use super::{fault, Server};
 use crate::package::{self, LoadError};
-use crate::store::PutResult;
+use crate::store::remote::RemoteError;
+use crate::store::{PutResult, StoreError};
 use crate::upload::{self, UploadError, UploadOptions};
 
 /// `GET /v1/packages`.
@@ -142,7 +143,13 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
     }
     drop(file);
     let _one_at_a_time = server.uploads.lock().await;
-    let work = tokio::task::spawn_blocking(move || -> Result<upload::Uploaded, UploadFailure> {
+    // On a bucket, no fetch touches the cache between storing the version there and
+    // publishing it.
+    let held = match &server.follower {
+        Some(follower) => Some(follower.exclusive().await),
+        None => None,
+    };
+    let work = tokio::task::spawn_blocking(move || -> Result<Stored, UploadFailure> {
         let internal = UploadFailure::internal;
         let package = match package::load_in(archive.path(), &staging) {
             Ok(package) => package,
@@ -152,30 +159,64 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
             }
             Err(err @ LoadError::Io { .. }) => return Err(internal(&err)),
         };
+        let previous = store.current_version(&package.manifest.name).ok();
         match upload::upload(&store, &package, &UploadOptions::default()) {
-            Ok(uploaded) => Ok(uploaded),
+            Ok(uploaded) => Ok(Stored { uploaded, previous }),
             Err(UploadError::Refused(refusal)) => Err(UploadFailure::Refused(json!([
                 {"rule": "discovery", "message": refusal.to_string()}
             ]))),
-            Err(err) if err.is_refusal() => Err(UploadFailure::Refused(json!([
-                {"rule": "store.version", "message": err.to_string()}
-            ]))),
+            Err(err) if err.is_refusal() => Err(UploadFailure::Refused(refused_version(&err))),
             Err(err) => Err(internal(&err)),
         }
     });
-    match work.await {
-        Ok(Ok(uploaded)) => {
-            let status = match uploaded.put {
-                PutResult::Stored => StatusCode::CREATED,
-                PutResult::Unchanged => StatusCode::OK,
-            };
-            let mut summary = uploaded.to_json();
-            summary["tools"] = json!(uploaded.tools);
-            http::json(status, &summary)
-        }
-        Ok(Err(failure)) => failure.response(),
-        Err(err) => problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
-    }
+    let mut uploaded = match work.await {
+        Ok(Ok(Stored { uploaded, previous })) => match (&server.follower, &held) {
+            (Some(follower), Some(held)) => {
+                let files: Vec<String> =
+                    uploaded.artifacts.iter().map(|a| a.file.clone()).collect();
+                match follower
+                    .publish(held, &uploaded.name, previous, uploaded.put, &files)
+                    .await
+                {
+                    Ok(put) => upload::Uploaded { put, ..uploaded },
+                    Err(RemoteError::Store(err @ StoreError::VersionChanged { .. })) => {
+                        return UploadFailure::Refused(refused_version(&err)).response()
+                    }
+                    Err(err) => {
+                        return http::busy(
+                            "application/json",
+                            json!({"error": format!(
+                                "the version was not published, and is not served: {err}"
+                            )})
+                            .to_string(),
+                        )
+                    }
+                }
+            }
+            _ => uploaded,
+        },
+        Ok(Err(failure)) => return failure.response(),
+        Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
+    };
+    drop(held);
+    let status = match uploaded.put {
+        PutResult::Stored => StatusCode::CREATED,
+        PutResult::Unchanged => StatusCode::OK,
+    };
+    let mut summary = uploaded.to_json();
+    summary["tools"] = json!(std::mem::take(&mut uploaded.tools));
+    http::json(status, &summary)
+}
+
+/// An upload stored in the store, and what the package offered before it.
+struct Stored {
+    uploaded: upload::Uploaded,
+    previous: Option<String>,
+}
+
+/// The problems of a version the store refuses (one stored already with another module).
+fn refused_version(err: &dyn std::fmt::Display) -> Value {
+    json!([{"rule": "store.version", "message": err.to_string()}])
 }
 
 /// `POST /v1/packages/{name}/call`.

@@ -1,7 +1,7 @@
 //! The HTTP front end: accepting connections (HTTP/1.1, hyper), the checks every request
 //! passes before anything else — an `Origin`, when present, must be loopback or allowed by
 //! the operator (403); a Bearer token the server knows, when any is configured (401;
-//! `/healthz` is exempt so probes need no secret), whose role covers the route and whose
+//! `/healthz` and `/readyz` are exempt so probes need no secret), whose role covers the route and whose
 //! packages include the one the route names (403, see [`super::roles`]) — the routes, bounded
 //! request bodies (413), and the
 //! graceful stop: no new connections, SSE sessions closed, in-flight requests (and so their
@@ -12,7 +12,8 @@
 //!
 //! | route | what |
 //! | --- | --- |
-//! | `GET /healthz`, `HEAD /healthz` | `ok` |
+//! | `GET /healthz`, `HEAD /healthz` | `ok`: liveness |
+//! | `GET /readyz`, `HEAD /readyz` | readiness: 503 while the bucket followed was unreachable at the last attempt |
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /v1/packages`, `GET /v1/packages/{name}`, `POST /v1/packages`, `POST /v1/packages/{name}/call` | the operator API |
 //! | `POST /mcp/{name}` | MCP Streamable HTTP (JSON answers; `GET` is 405: no stream is offered) |
@@ -243,6 +244,18 @@ pub(super) fn out_of_scope(caller: Caller<'_>, package: &str) -> Option<Response
     (!caller.may_use(package)).then(|| forbidden(&format!("use the package {package:?}")))
 }
 
+/// `GET /readyz` (no token needed): 200 when the server can take work, 503 while the bucket it follows was not
+/// reachable at the last attempt (it still serves what its cache holds).
+fn readyz(server: &Server) -> Response<Body> {
+    match server.follower.as_ref().map(|follower| follower.ready()) {
+        None | Some(Ok(())) => json(StatusCode::OK, &serde_json::json!({"ready": true})),
+        Some(Err(err)) => json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &serde_json::json!({"ready": false, "store": err}),
+        ),
+    }
+}
+
 /// Answers one request.
 pub async fn route(
     server: Arc<Server>,
@@ -253,6 +266,10 @@ pub async fn route(
     if path == "/healthz" && (method == Method::GET || method == Method::HEAD) {
         // hyper sends a HEAD answer's headers alone.
         return Ok(respond(StatusCode::OK, "text/plain; charset=utf-8", "ok\n"));
+    }
+    if path == "/readyz" && (method == Method::GET || method == Method::HEAD) {
+        // A load balancer asks without a token, as for /healthz; it learns only readiness.
+        return Ok(readyz(&server));
     }
     if let Some(origin) = request.headers().get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
@@ -284,16 +301,26 @@ pub async fn route(
         if let Some(response) = out_of_scope(caller, name) {
             return Ok(response);
         }
+        // On a bucket, a package the cache does not hold yet is fetched now, once.
+        if let Some(follower) = &server.follower {
+            follower.fetch_missing(name).await;
+        }
     }
     let response = match (&method, segments.as_slice()) {
         (&Method::GET, ["metrics"]) if !caller.is_admin() => {
             forbidden("read the metrics (an admin token may)")
         }
-        (&Method::GET, ["metrics"]) => respond(
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            server.calls.metrics.render(),
-        ),
+        (&Method::GET, ["metrics"]) => {
+            let mut text = server.calls.metrics.render();
+            if let Some(follower) = &server.follower {
+                text.push_str(&follower.render(&server.calls.metrics));
+            }
+            respond(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                text,
+            )
+        }
         (&Method::GET, ["v1", "packages"]) => api::list(&server, caller),
         (&Method::POST, ["v1", "packages"]) if !caller.is_admin() => {
             forbidden("upload packages (an admin token may)")

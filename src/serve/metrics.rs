@@ -95,6 +95,16 @@ impl Metrics {
         self.in_flight.load(Ordering::Relaxed)
     }
 
+    /// Module loads from memory, from an artifact on disk, and by compiling.
+    pub fn module_loads(&self) -> (u64, u64, u64) {
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        (
+            get(&self.module_memory),
+            get(&self.module_artifact),
+            get(&self.module_compiled),
+        )
+    }
+
     /// The Prometheus text exposition of every counter.
     pub fn render(&self) -> String {
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);

@@ -18,6 +18,7 @@ mod accept;
 pub mod api;
 pub mod calls;
 pub mod fault;
+pub mod follow;
 pub mod http;
 pub mod mcp;
 pub mod metrics;
@@ -81,6 +82,8 @@ pub struct ServeConfig {
     pub idle_timeout: Duration,
     /// Connections open at once; `None`: sized from the descriptor limit.
     pub max_connections: Option<usize>,
+    /// The bucket the store (then a cache folder) follows, if any.
+    pub follow: Option<follow::FollowConfig>,
 }
 
 impl ServeConfig {
@@ -108,6 +111,7 @@ impl ServeConfig {
             max_upload_in_flight: 256 * 1024 * 1024,
             idle_timeout: Duration::from_secs(30),
             max_connections: None,
+            follow: None,
         }
     }
 }
@@ -131,6 +135,8 @@ pub enum ServeError {
     Store(#[from] StoreError),
     #[error("reading the policy: {0}")]
     Policy(#[from] PolicyError),
+    #[error("{0}")]
+    Remote(#[from] crate::store::remote::RemoteError),
     #[error("setting up the HTTP broker: {0}")]
     Broker(#[from] crate::http::BrokerError),
     #[error("{0}")]
@@ -146,6 +152,8 @@ pub struct Server {
     uploads: tokio::sync::Mutex<()>,
     /// The bytes of upload bodies received or being received, over all uploads.
     pub upload_budget: UploadBudget,
+    /// The bucket the store follows, if any.
+    pub follower: Option<Arc<follow::Follower>>,
 }
 
 /// A bound on the bytes that uploads hold at once (on disk, in the staging folder): each
@@ -249,6 +257,30 @@ async fn drain_pool(calls: &Arc<Calls>, drain: Duration) {
     }
 }
 
+/// The longest a server waits at start for its first look at the bucket; it then serves what
+/// its cache holds and catches up at the next refresh.
+const FIRST_REFRESH: Duration = Duration::from_secs(15);
+
+/// Opens the bucket `calls`' store follows, if any, takes a first look at it, and keeps
+/// following it from then on. Must run inside the server's runtime.
+async fn follower(
+    config: &ServeConfig,
+    calls: &Calls,
+) -> Result<Option<Arc<follow::Follower>>, ServeError> {
+    let Some(follow) = &config.follow else {
+        return Ok(None);
+    };
+    let follower = Arc::new(follow::Follower::open(follow.clone(), calls.store().clone()).await?);
+    if tokio::time::timeout(FIRST_REFRESH, follower.refresh())
+        .await
+        .is_err()
+    {
+        tracing::warn!("{} did not answer within {FIRST_REFRESH:?}", follower.url());
+    }
+    tokio::spawn(Arc::clone(&follower).run());
+    Ok(Some(follower))
+}
+
 /// Serves HTTP until SIGTERM or SIGINT. `ready` is told the bound address (the port may have
 /// been 0).
 pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
@@ -258,6 +290,7 @@ pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(
     let calls = calls(&config)?;
     let runtime = runtime()?;
     let served = runtime.block_on(async move {
+        let follower = follower(&config, &calls).await?;
         let listener = TcpListener::bind(config.listen)
             .await
             .map_err(|source| ServeError::Bind {
@@ -277,6 +310,7 @@ pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(
             sessions: Sessions::default(),
             uploads: tokio::sync::Mutex::new(()),
             upload_budget: UploadBudget::new(max_upload_in_flight),
+            follower,
         });
         let graceful = GracefulShutdown::new();
         let stop = stop_signal();
@@ -323,11 +357,14 @@ pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(
 /// SIGINT), then finishes the accepted calls.
 pub fn run_stdio(config: ServeConfig, name: &str) -> Result<(), ServeError> {
     let calls = calls(&config)?;
-    if let Err(err) = calls.package(name) {
-        return Err(ServeError::Io(std::io::Error::other(err.to_string())));
-    }
     let runtime = runtime()?;
     let served = runtime.block_on(async {
+        if let Some(follower) = follower(&config, &calls).await? {
+            follower.fetch_missing(name).await;
+        }
+        if let Err(err) = calls.package(name) {
+            return Err(ServeError::Io(std::io::Error::other(err.to_string())));
+        }
         let input = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
         let result = stdio::serve(
             Arc::clone(&calls),

@@ -201,6 +201,28 @@ impl ArtifactCache {
         self.dir.join(key.file_name())
     }
 
+    /// The artifact file named `name` ([`ArtifactKey::file_name`]), when there is one.
+    pub fn file(&self, name: &str) -> Option<PathBuf> {
+        let path = self.dir.join(name);
+        let metadata = fs::symlink_metadata(&path).ok()?;
+        (is_artifact_file_name(name) && metadata.is_file()).then_some(path)
+    }
+
+    /// Puts `bytes`, an artifact fetched from elsewhere, in the cache as `name`, atomically.
+    /// The caller vouches for the bytes (a trusted signature over their digest); a load checks
+    /// their header against the key, as for any file here.
+    pub fn install(&self, name: &str, bytes: &[u8]) -> Result<(), ArtifactError> {
+        let path = self.dir.join(name);
+        if !is_artifact_file_name(name) {
+            return Err(ArtifactError::Refused {
+                path,
+                reason: "that is not the name of an artifact (COMPILER-HEX32.artifact)".into(),
+            });
+        }
+        write_atomically(&path, bytes, &self.staging)
+            .map_err(|source| ArtifactError::Write { path, source })
+    }
+
     /// Writes `module`'s artifact for `key`, atomically.
     pub fn write(&self, key: &ArtifactKey, module: &dyn Module) -> Result<Written, ArtifactError> {
         let serialized = module.serialize()?;
@@ -292,6 +314,21 @@ impl ArtifactCache {
         };
         Ok(Some(module))
     }
+}
+
+/// Whether `name` has the form of [`ArtifactKey::file_name`]: a compiler's name, `-`, 32 hex
+/// digits, `.artifact`.
+pub fn is_artifact_file_name(name: &str) -> bool {
+    let Some((compiler, rest)) = name
+        .strip_suffix(".artifact")
+        .and_then(|stem| stem.rsplit_once('-'))
+    else {
+        return false;
+    };
+    !compiler.is_empty()
+        && compiler.bytes().all(|b| b.is_ascii_lowercase())
+        && rest.len() == 32
+        && rest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Where the code and image of the artifact `file` for `key` lie, once its header matches
@@ -722,5 +759,19 @@ mod tests {
         let mut b = key();
         b.identity.cpu_features = "sse2,avx".into();
         assert_ne!(a.file_name(), b.file_name());
+    }
+
+    #[test]
+    fn only_names_of_the_form_of_a_key_are_artifact_names() {
+        assert!(is_artifact_file_name(&key().file_name()));
+        for bad in [
+            "cranelift-0123.artifact",
+            "../cranelift-0123456789abcdef0123456789abcdef.artifact",
+            "cranelift-0123456789abcdef0123456789abcdeF.artifact",
+            "-0123456789abcdef0123456789abcdef.artifact",
+            "cranelift-0123456789abcdef0123456789abcdef",
+        ] {
+            assert!(!is_artifact_file_name(bad), "{bad}");
+        }
     }
 }

@@ -20,8 +20,9 @@
 //! [`MAX_RETRIES`] times within [`RETRY_TIMEOUT`], so an unreachable bucket is an error within
 //! seconds, never a hang.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -130,12 +131,71 @@ pub enum Written {
     Lost,
 }
 
+/// The operations a bucket is asked for, as counted.
+pub const OPERATIONS: [&str; 3] = ["get", "put", "list"];
+/// How a request ended, as counted: `ok`; `missing` (no such key); `not_modified` (a
+/// conditional read whose ETag still held); `conflict` (a conditional write another writer
+/// won); `error` (the store failed or was not reached).
+pub const OUTCOMES: [&str; 5] = ["ok", "missing", "not_modified", "conflict", "error"];
+
+/// What a bucket's requests did, for `/metrics` and `/readyz`: shared by every clone of it.
+#[derive(Debug, Default)]
+pub struct BucketStats {
+    counts: [[AtomicU64; OUTCOMES.len()]; OPERATIONS.len()],
+    micros: [AtomicU64; OPERATIONS.len()],
+    /// Whether the last request reached the store and got an answer that was no error.
+    failing: AtomicBool,
+    last_error: Mutex<Option<String>>,
+}
+
+impl BucketStats {
+    fn record(&self, operation: usize, outcome: &'static str, took: Duration, error: Option<&str>) {
+        let index = OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(4);
+        self.counts[operation][index].fetch_add(1, Ordering::Relaxed);
+        self.micros[operation].fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.failing.store(error.is_some(), Ordering::Relaxed);
+        if let Some(error) = error {
+            *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());
+        }
+    }
+
+    /// The requests of `operation` that ended in `outcome`.
+    pub fn count(&self, operation: &str, outcome: &str) -> u64 {
+        let op = OPERATIONS.iter().position(|o| *o == operation);
+        let out = OUTCOMES.iter().position(|o| *o == outcome);
+        match (op, out) {
+            (Some(op), Some(out)) => self.counts[op][out].load(Ordering::Relaxed),
+            _ => 0,
+        }
+    }
+
+    /// The seconds spent in requests of `operation`.
+    pub fn seconds(&self, operation: &str) -> f64 {
+        OPERATIONS
+            .iter()
+            .position(|o| *o == operation)
+            .map_or(0.0, |op| {
+                self.micros[op].load(Ordering::Relaxed) as f64 / 1e6
+            })
+    }
+
+    /// `None` when the last request was answered; else that request's error.
+    pub fn failure(&self) -> Option<String> {
+        if !self.failing.load(Ordering::Relaxed) {
+            return None;
+        }
+        let last = self.last_error.lock().unwrap_or_else(|p| p.into_inner());
+        Some(last.clone().unwrap_or_default())
+    }
+}
+
 /// An opened bucket.
 #[derive(Debug, Clone)]
 pub struct Bucket {
     store: Arc<dyn ObjectStore>,
     bucket: String,
     prefix: String,
+    stats: Arc<BucketStats>,
 }
 
 impl Bucket {
@@ -184,7 +244,31 @@ impl Bucket {
             store: Arc::new(store),
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
+            stats: Arc::default(),
         })
+    }
+
+    /// What its requests did so far.
+    pub fn stats(&self) -> &Arc<BucketStats> {
+        &self.stats
+    }
+
+    /// Counts a request of `operation` begun at `started`.
+    fn counted<T>(
+        &self,
+        operation: usize,
+        started: Instant,
+        result: Result<T, BucketError>,
+        outcome: impl FnOnce(&T) -> &'static str,
+    ) -> Result<T, BucketError> {
+        let took = started.elapsed();
+        match &result {
+            Ok(value) => self.stats.record(operation, outcome(value), took, None),
+            Err(err) => self
+                .stats
+                .record(operation, "error", took, Some(&err.to_string())),
+        }
+        result
     }
 
     /// The bucket and prefix, as `s3://BUCKET[/PREFIX]`.
@@ -259,6 +343,20 @@ impl Bucket {
     }
 
     async fn put(&self, key: &str, bytes: Bytes, mode: PutMode) -> Result<Written, BucketError> {
+        let started = Instant::now();
+        let result = self.put_uncounted(key, bytes, mode).await;
+        self.counted(1, started, result, |written| match written {
+            Written::Done => "ok",
+            Written::Lost => "conflict",
+        })
+    }
+
+    async fn put_uncounted(
+        &self,
+        key: &str,
+        bytes: Bytes,
+        mode: PutMode,
+    ) -> Result<Written, BucketError> {
         let options = PutOptions {
             mode,
             ..PutOptions::default()
@@ -277,6 +375,16 @@ impl Bucket {
 
     /// Reads `key`, unless its ETag is still `known`.
     pub async fn read(&self, key: &str, known: Option<&str>) -> Result<Read, BucketError> {
+        let started = Instant::now();
+        let result = self.read_uncounted(key, known).await;
+        self.counted(0, started, result, |read| match read {
+            Read::Found { .. } => "ok",
+            Read::NotModified => "not_modified",
+            Read::Missing => "missing",
+        })
+    }
+
+    async fn read_uncounted(&self, key: &str, known: Option<&str>) -> Result<Read, BucketError> {
         let options = GetOptions {
             if_none_match: known.map(str::to_string),
             ..GetOptions::default()
@@ -297,6 +405,12 @@ impl Bucket {
 
     /// The keys under `dir` (a key prefix ending before a `/`), relative to it.
     pub async fn list(&self, dir: &str) -> Result<Vec<String>, BucketError> {
+        let started = Instant::now();
+        let result = self.list_uncounted(dir).await;
+        self.counted(2, started, result, |_| "ok")
+    }
+
+    async fn list_uncounted(&self, dir: &str) -> Result<Vec<String>, BucketError> {
         use futures_util::TryStreamExt;
         let base = self.path(dir);
         let objects: Vec<_> = self

@@ -24,6 +24,7 @@ pub mod bucket;
 mod loader;
 mod modules;
 pub mod remote;
+pub mod signing;
 pub mod staging;
 
 use std::fs;
@@ -384,6 +385,23 @@ impl Store {
     /// The digest [`Store::note_record`] recorded for a version, if any.
     pub fn noted_record(&self, name: &str, version: &str) -> Option<String> {
         fs::read_to_string(self.package_dir(name).join("records").join(version)).ok()
+    }
+
+    /// Makes the package offer `version` again, or nothing when `None` (it is then not
+    /// listed): undoes a [`Store::put`] whose version could not be published.
+    pub fn restore_current(&self, name: &str, version: Option<&str>) -> Result<(), StoreError> {
+        match version {
+            Some(version) => self.set_current(name, version),
+            None => {
+                let current = self.package_dir(name).join("current");
+                match fs::remove_file(&current) {
+                    Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                        Err(io("removing", &current)(err))
+                    }
+                    _ => Ok(()),
+                }
+            }
+        }
     }
 
     /// Makes a stored version what the package offers.

@@ -10,8 +10,15 @@
 //! Reading a package fetches its pointer, and when the cache does not hold that version yet,
 //! its record (checked against the pointer's digest) and every file (each checked against the
 //! record's digest), which then go through the same package checks as an upload and into the
-//! cache. Nothing from the bucket is trusted as native code: the cache compiles the module
-//! itself, as for any stored package without an artifact.
+//! cache.
+//!
+//! Native code from the bucket is trusted only through a signature ([`super::signing`]): a
+//! record lists the artifacts its uploader compiled (by file name and digest), and an uploader
+//! with a signing key stores the record's signature beside it. A reader that trusts the key
+//! fetches the artifacts made for its own machine, checks each against the record's digest, and
+//! puts them in its artifact cache, where a load checks their headers again (module and engine
+//! identity) before the engine sees them. Without a trusted signature it fetches no artifact
+//! and compiles the module itself, or with `require_signed` refuses the version.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -21,7 +28,9 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::bucket::{Bucket, BucketError, Read, Written};
-use super::{sha256_hex, PutResult, Store, StoreError, StoredPackage, UploadRecord};
+use super::signing::{SigningKey, TrustedKeys};
+use super::{sha256_hex, ArtifactKey, PutResult, Store, StoreError, StoredPackage, UploadRecord};
+use crate::engines::{self, EngineConfig};
 use crate::package::manifest::{is_valid_name, is_valid_version};
 use crate::package::tools::Tool;
 
@@ -44,6 +53,12 @@ pub enum RemoteError {
         key: String,
         reason: String,
     },
+    #[error("the object store {url}: {key}: refused by --require-signed: {reason}")]
+    Unsigned {
+        url: String,
+        key: String,
+        reason: String,
+    },
     #[error(
         "the object store {url}: the pointer of {name:?} kept changing under {MAX_SWAPS} tries"
     )]
@@ -60,6 +75,31 @@ pub struct Record {
     /// Every file of the version (manifest, module, assets) by its path in the version, with
     /// its SHA-256.
     pub files: BTreeMap<String, String>,
+    /// The artifacts compiled at upload, by file name in an artifact cache, with their SHA-256.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub artifacts: BTreeMap<String, String>,
+}
+
+/// What a reader trusts of a bucket's native code.
+#[derive(Debug, Clone, Default)]
+pub struct Trust {
+    /// The keys whose signed records' artifacts it loads.
+    pub keys: TrustedKeys,
+    /// Refuse a version whose record no trusted key signed.
+    pub require_signed: bool,
+}
+
+/// What [`sync`] did.
+#[derive(Debug, Clone)]
+pub struct Synced {
+    pub stored: StoredPackage,
+    /// Whether the version was fetched from the bucket now (else the cache held it).
+    pub fetched: bool,
+    /// Artifacts fetched from the bucket into the artifact cache.
+    pub artifacts: usize,
+    /// Why the record's artifacts were not used, when it lists some for this machine and
+    /// no trusted key signed it: the module is compiled here instead.
+    pub untrusted: Option<String>,
 }
 
 /// A package's mutable pointer: the version it offers, and the digest of that version's
@@ -77,6 +117,10 @@ fn blob_key(digest: &str) -> String {
 
 fn record_key(name: &str, version: &str) -> String {
     format!("versions/{name}/{version}.json")
+}
+
+fn signature_key(name: &str, version: &str) -> String {
+    format!("{}.sig", record_key(name, version))
 }
 
 fn pointer_key(name: &str) -> String {
@@ -115,40 +159,47 @@ fn version_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, StoreError> {
     Ok(files)
 }
 
-/// Publishes a version stored in `cache` (as `stored`) to `bucket` and makes it what the
-/// package offers, noting in `cache` which record it is. The same version with another module
-/// in the bucket is refused, as in a local store.
+/// Publishes a version stored in `cache` (as `stored`), with the artifacts named `artifacts`
+/// in the cache's artifact folder, to `bucket`, signed by `signer` when given, and makes it
+/// what the package offers, noting in `cache` which record it is. The same version with
+/// another module in the bucket is refused, as in a local store.
 pub async fn publish(
     bucket: &Bucket,
     stored: &StoredPackage,
-    cache: Option<&Store>,
+    cache: &Store,
+    artifacts: &[String],
+    signer: Option<&SigningKey>,
 ) -> Result<PutResult, RemoteError> {
     let name = &stored.record.name;
     let version = &stored.record.version;
     let mut files = BTreeMap::new();
     for (relative, path) in version_files(&stored.dir)? {
-        let bytes = fs::read(&path).map_err(super::io("reading", &path))?;
-        let digest = sha256_hex(&bytes);
-        // A blob is named by its content: one already there is the same bytes (readers check).
-        bucket
-            .create(&blob_key(&digest), Bytes::from(bytes))
-            .await?;
-        files.insert(relative, digest);
+        files.insert(relative, put_blob(bucket, &path).await?);
+    }
+    let mut compiled = BTreeMap::new();
+    for file in artifacts {
+        let path = cache
+            .artifacts()
+            .file(file)
+            .ok_or_else(|| RemoteError::Refused {
+                url: bucket.url(),
+                key: file.clone(),
+                reason: "no artifact file of that name".to_string(),
+            })?;
+        compiled.insert(file.clone(), put_blob(bucket, &path).await?);
     }
     let record = Record {
         hako_record: RECORD_FORMAT,
         upload: stored.record.clone(),
         tools: stored.tools.clone(),
         files,
+        artifacts: compiled,
     };
-    let mut record_bytes = serde_json::to_vec(&record).expect("records always serialize");
+    let ours = serde_json::to_vec(&record).expect("records always serialize");
     let key = record_key(name, version);
     let mut put = PutResult::Stored;
-    if bucket
-        .create(&key, Bytes::from(record_bytes.clone()))
-        .await?
-        == Written::Lost
-    {
+    let mut record_bytes = Bytes::from(ours.clone());
+    if bucket.create(&key, record_bytes.clone()).await? == Written::Lost {
         let (existing, existing_bytes) = read_record(bucket, &key, None).await?;
         if existing.upload.module_sha256 != record.upload.module_sha256 {
             return Err(StoreError::VersionChanged {
@@ -157,18 +208,36 @@ pub async fn publish(
             }
             .into());
         }
-        record_bytes = existing_bytes.to_vec();
+        record_bytes = existing_bytes;
         put = PutResult::Unchanged;
+    }
+    // A signer vouches only for the record it wrote: the same bytes, when an earlier upload of
+    // it was stopped before its signature.
+    if let Some(signer) = signer.filter(|_| record_bytes == ours) {
+        let signature =
+            serde_json::to_vec(&signer.sign(&record_bytes)).expect("signatures always serialize");
+        bucket
+            .create(&signature_key(name, version), Bytes::from(signature))
+            .await?;
     }
     let pointer = Pointer {
         version: version.clone(),
         record_sha256: sha256_hex(&record_bytes),
     };
     swap_pointer(bucket, name, &pointer).await?;
-    if let Some(cache) = cache {
-        cache.note_record(name, version, &pointer.record_sha256)?;
-    }
+    cache.note_record(name, version, &pointer.record_sha256)?;
     Ok(put)
+}
+
+/// Writes the file at `path` as a blob named by its content; returns the digest.
+async fn put_blob(bucket: &Bucket, path: &Path) -> Result<String, RemoteError> {
+    let bytes = fs::read(path).map_err(super::io("reading", path))?;
+    let digest = sha256_hex(&bytes);
+    // A blob is named by its content: one already there is the same bytes (readers check).
+    bucket
+        .create(&blob_key(&digest), Bytes::from(bytes))
+        .await?;
+    Ok(digest)
 }
 
 /// Points `name` at `pointer` by compare-and-swap, trying again while other writers win.
@@ -244,15 +313,26 @@ async fn read_record(
 
 /// The package's pointer in the bucket.
 pub async fn pointer(bucket: &Bucket, name: &str) -> Result<Pointer, RemoteError> {
+    match pointer_since(bucket, name, None).await? {
+        Some((pointer, _)) => Ok(pointer),
+        None => Err(StoreError::UnknownPackage(name.to_string()).into()),
+    }
+}
+
+/// The package's pointer and its ETag, or `None` when its ETag is still `known`.
+pub async fn pointer_since(
+    bucket: &Bucket,
+    name: &str,
+    known: Option<&str>,
+) -> Result<Option<(Pointer, Option<String>)>, RemoteError> {
     if !is_valid_name(name) {
         return Err(StoreError::UnknownPackage(name.to_string()).into());
     }
     let key = pointer_key(name);
-    let bytes = match bucket.read(&key, None).await? {
-        Read::Found { bytes, .. } => bytes,
-        Read::Missing | Read::NotModified => {
-            return Err(StoreError::UnknownPackage(name.to_string()).into())
-        }
+    let (bytes, etag) = match bucket.read(&key, known).await? {
+        Read::Found { bytes, etag } => (bytes, etag),
+        Read::NotModified => return Ok(None),
+        Read::Missing => return Err(StoreError::UnknownPackage(name.to_string()).into()),
     };
     let pointer: Pointer = serde_json::from_slice(&bytes).map_err(|err| RemoteError::Refused {
         url: bucket.url(),
@@ -266,7 +346,7 @@ pub async fn pointer(bucket: &Bucket, name: &str) -> Result<Pointer, RemoteError
             reason: format!("{:?} is not a version", pointer.version),
         });
     }
-    Ok(pointer)
+    Ok(Some((pointer, etag)))
 }
 
 /// Makes `cache` hold the version `name` offers in the bucket, as what it offers too, and
@@ -275,81 +355,213 @@ pub async fn sync(
     bucket: &Bucket,
     cache: &Store,
     name: &str,
-) -> Result<StoredPackage, RemoteError> {
+    trust: &Trust,
+) -> Result<Synced, RemoteError> {
     let pointer = pointer(bucket, name).await?;
-    let offer = |held: StoredPackage| -> Result<StoredPackage, RemoteError> {
+    sync_to(bucket, cache, name, &pointer, trust).await
+}
+
+/// [`sync`] to the version `pointer` names (the package's pointer, just read).
+pub async fn sync_to(
+    bucket: &Bucket,
+    cache: &Store,
+    name: &str,
+    pointer: &Pointer,
+    trust: &Trust,
+) -> Result<Synced, RemoteError> {
+    let offer = |stored: StoredPackage| -> Result<StoredPackage, RemoteError> {
         if cache.current_version(name).ok().as_deref() != Some(pointer.version.as_str()) {
             cache.set_current(name, &pointer.version)?;
         }
-        Ok(held)
+        Ok(stored)
     };
     let held = cache.version(name, &pointer.version).ok();
     if let Some(held) = &held {
         if cache.noted_record(name, &pointer.version).as_deref() == Some(&pointer.record_sha256) {
-            return offer(held.clone());
+            return Ok(Synced {
+                stored: offer(held.clone())?,
+                fetched: false,
+                artifacts: 0,
+                untrusted: None,
+            });
         }
     }
     let key = record_key(name, &pointer.version);
-    let (record, _) = read_record(bucket, &key, Some(&pointer.record_sha256)).await?;
+    let (record, record_bytes) = read_record(bucket, &key, Some(&pointer.record_sha256)).await?;
+    let refused = |key: &str, reason: String| RemoteError::Refused {
+        url: bucket.url(),
+        key: key.to_string(),
+        reason,
+    };
+    let wanted = node_artifacts(&record);
+    let signed = match (
+        trust.keys.is_empty(),
+        trust.require_signed || !wanted.is_empty(),
+    ) {
+        (_, false) => Ok(()),
+        (true, true) => Err("no key is trusted (--trust-key)".to_string()),
+        (false, true) => verify(bucket, name, &pointer.version, &record_bytes, trust).await?,
+    };
+    if let (true, Err(why)) = (trust.require_signed, &signed) {
+        return Err(RemoteError::Unsigned {
+            url: bucket.url(),
+            key,
+            reason: format!("no trusted key signed the record: {why}"),
+        });
+    }
+    let mut synced = Synced {
+        stored: match &held {
+            Some(held) => held.clone(),
+            None => fetch_files(bucket, cache, name, pointer, &key, &record).await?,
+        },
+        fetched: held.is_none(),
+        artifacts: 0,
+        untrusted: None,
+    };
     if let Some(held) = held {
         // Held, but not known to be this record's: the same module and tools, or refused.
         if held.record != record.upload || held.tools != record.tools {
-            return Err(RemoteError::Refused {
-                url: bucket.url(),
-                key,
-                reason: format!(
+            return Err(refused(
+                &key,
+                format!(
                     "the cache {} holds another {name} {} than the bucket: remove it from the \
                      cache",
                     cache.root().display(),
                     pointer.version
                 ),
-            });
+            ));
         }
-        cache.note_record(name, &pointer.version, &pointer.record_sha256)?;
-        return offer(held);
     }
+    match signed {
+        Ok(()) => {
+            for file in &wanted {
+                let digest = &record.artifacts[file];
+                if cache.artifacts().file(file).is_some() {
+                    continue;
+                }
+                let blob = blob_key(digest);
+                let bytes = read_blob(bucket, &blob, digest, file).await?;
+                cache
+                    .artifacts()
+                    .install(file, &bytes)
+                    .map_err(|err| refused(&blob, err.to_string()))?;
+                synced.artifacts += 1;
+            }
+        }
+        Err(why) if !wanted.is_empty() => synced.untrusted = Some(why),
+        Err(_) => {}
+    }
+    cache.note_record(name, &pointer.version, &pointer.record_sha256)?;
+    synced.stored = offer(synced.stored)?;
+    Ok(synced)
+}
+
+/// Whether a trusted key signed the record (`Ok(Err(why))` when not).
+async fn verify(
+    bucket: &Bucket,
+    name: &str,
+    version: &str,
+    record: &[u8],
+    trust: &Trust,
+) -> Result<Result<(), String>, RemoteError> {
+    Ok(
+        match bucket.read(&signature_key(name, version), None).await? {
+            Read::Found { bytes, .. } => trust.keys.verify(record, &bytes),
+            Read::Missing | Read::NotModified => Err("the record is not signed".to_string()),
+        },
+    )
+}
+
+/// The file names of the record's artifacts that this machine would load: those of its
+/// engine configurations, made for this CPU or for its triple's baseline.
+fn node_artifacts(record: &Record) -> Vec<String> {
+    let mut names = Vec::new();
+    for config in EngineConfig::all() {
+        if !record.upload.engines.contains(&config.name()) {
+            continue;
+        }
+        let (config, _) = engines::effective_config(config, record.upload.uses_simd);
+        let Ok(engine) = engines::engine(config, None) else {
+            continue;
+        };
+        let mut keys = vec![ArtifactKey::new(
+            &record.upload.module_sha256,
+            engine.identity(),
+        )];
+        if let Ok(Some(baseline)) = engines::baseline_engine(config, engine.as_ref()) {
+            keys.push(ArtifactKey::new(
+                &record.upload.module_sha256,
+                baseline.identity(),
+            ));
+        }
+        for key in keys {
+            let file = key.file_name();
+            if record.artifacts.contains_key(&file) && !names.contains(&file) {
+                names.push(file);
+            }
+        }
+    }
+    names
+}
+
+/// A blob's bytes, checked against `digest` (`what` names it in errors).
+async fn read_blob(
+    bucket: &Bucket,
+    blob: &str,
+    digest: &str,
+    what: &str,
+) -> Result<Bytes, RemoteError> {
+    let refused = |reason: String| RemoteError::Refused {
+        url: bucket.url(),
+        key: blob.to_string(),
+        reason,
+    };
+    let bytes = match bucket.read(blob, None).await? {
+        Read::Found { bytes, .. } => bytes,
+        Read::Missing | Read::NotModified => {
+            return Err(refused(format!("the blob of {what} is missing")))
+        }
+    };
+    let found = sha256_hex(&bytes);
+    if found != digest {
+        return Err(refused(format!(
+            "the blob of {what} has SHA-256 {found}, not {digest}"
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Fetches a version's files into `cache` through the package checks of an upload.
+async fn fetch_files(
+    bucket: &Bucket,
+    cache: &Store,
+    name: &str,
+    pointer: &Pointer,
+    key: &str,
+    record: &Record,
+) -> Result<StoredPackage, RemoteError> {
+    let refused = |reason: String| RemoteError::Refused {
+        url: bucket.url(),
+        key: key.to_string(),
+        reason,
+    };
     let work = cache.staging()?;
     let staging = tempfile::Builder::new()
         .prefix("fetch-")
         .tempdir_in(&work)
         .map_err(super::io("creating a folder in", &work))?;
     for (relative, digest) in &record.files {
-        let target = confined(staging.path(), relative).ok_or_else(|| RemoteError::Refused {
-            url: bucket.url(),
-            key: key.clone(),
-            reason: format!(
+        let target = confined(staging.path(), relative).ok_or_else(|| {
+            refused(format!(
                 "the record names the file {relative:?}, which is no path inside a package"
-            ),
+            ))
         })?;
-        let blob = blob_key(digest);
-        let bytes = match bucket.read(&blob, None).await? {
-            Read::Found { bytes, .. } => bytes,
-            Read::Missing | Read::NotModified => {
-                return Err(RemoteError::Refused {
-                    url: bucket.url(),
-                    key: blob,
-                    reason: format!("the blob of {relative} is missing"),
-                })
-            }
-        };
-        let found = sha256_hex(&bytes);
-        if &found != digest {
-            return Err(RemoteError::Refused {
-                url: bucket.url(),
-                key: blob,
-                reason: format!("the blob of {relative} has SHA-256 {found}, not {digest}"),
-            });
-        }
+        let bytes = read_blob(bucket, &blob_key(digest), digest, relative).await?;
         if let Some(parent) = target.parent() {
             fs::create_dir_all(parent).map_err(super::io("creating", parent))?;
         }
         fs::write(&target, &bytes).map_err(super::io("writing", &target))?;
     }
-    let refused = |reason: String| RemoteError::Refused {
-        url: bucket.url(),
-        key: key.clone(),
-        reason,
-    };
     let package = crate::package::load(staging.path()).map_err(|err| {
         refused(format!(
             "the version's files are not a valid package: {err}"
@@ -364,8 +576,7 @@ pub async fn sync(
         ));
     }
     cache.put(&package, &record.tools, &record.upload.engines)?;
-    cache.note_record(name, &pointer.version, &pointer.record_sha256)?;
-    Ok(cache.get(name)?)
+    Ok(cache.version(name, &pointer.version)?)
 }
 
 /// `relative` joined to `root` when it is a plain relative path of normal parts.

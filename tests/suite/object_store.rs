@@ -1,6 +1,8 @@
 //! A store on an S3-compatible bucket (`--store s3://BUCKET[/PREFIX]`), against a real
 //! SeaweedFS started by the tests: uploads through the CLI, calls from an empty cache, the
-//! bucket's layout and consistency under concurrent uploads, tampering, and bad credentials.
+//! bucket's layout and consistency under concurrent uploads, tampering, and bad credentials;
+//! signed records and the native code nodes take from them; three `hako serve` nodes on one
+//! bucket, and the same while the store is down and after it is back.
 
 use std::path::Path;
 use std::process::Output;
@@ -9,6 +11,9 @@ use bytes::Bytes;
 use hako::store::bucket::Read;
 use hako::store::remote::{Pointer, Record};
 
+use std::process::Stdio;
+
+use crate::serve_support::{self, Server};
 use crate::support;
 use crate::support::seaweed::{Seaweed, BUCKET};
 
@@ -420,7 +425,7 @@ fn a_bad_store_argument_is_a_usage_error_naming_the_rule() {
     );
     // Commands that do not work on a bucket yet say so.
     let out = support::hako_command()
-        .args(["serve", "--store", "s3://hako"])
+        .args(["run", "--store", "s3://hako", "greet"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -429,4 +434,352 @@ fn a_bad_store_argument_is_a_usage_error_naming_the_rule() {
         "{}",
         text(&out.stderr)
     );
+}
+
+/// `hako call NAME greet --json` on a node: the call's JSON, and its stderr.
+fn call_json(
+    seaweed: &Seaweed,
+    prefix: &str,
+    node: &Path,
+    flags: &[&str],
+) -> (serde_json::Value, String) {
+    let mut args = vec!["call", "greet", "greet", GREET_ARGS, "--json"];
+    args.extend_from_slice(flags);
+    let out = hako(seaweed, prefix, node, &args);
+    let stdout = succeeded(&out);
+    (serde_json::from_str(&stdout).unwrap(), text(&out.stderr))
+}
+
+/// `hako keygen --out DIR/NAME`: the private key and the public key file.
+fn keygen(dir: &Path, name: &str) -> (String, String) {
+    let prefix = dir.join(name);
+    let out = support::hako_command()
+        .args(["keygen", "--out", support::arg(&prefix)])
+        .output()
+        .unwrap();
+    succeeded(&out);
+    let private = prefix.display().to_string();
+    (private.clone(), format!("{private}.pub"))
+}
+
+#[test]
+fn a_node_runs_native_code_from_the_bucket_only_when_a_key_it_trusts_signed_the_record() {
+    let seaweed = Seaweed::start();
+    let keys = tempfile::tempdir().unwrap();
+    let (private, public) = keygen(keys.path(), "uploader");
+    let (_, other) = keygen(keys.path(), "other");
+    let uploader = tempfile::tempdir().unwrap();
+    let greet = support::greet_package_dir();
+    let summary: serde_json::Value = serde_json::from_str(&succeeded(&hako(
+        &seaweed,
+        "signed",
+        uploader.path(),
+        &[
+            "upload",
+            support::arg(&greet),
+            "--json",
+            "--signing-key",
+            &private,
+        ],
+    )))
+    .unwrap();
+    let artifact = summary["artifacts"][0]["file"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // The record lists the artifact by digest, and its signature lies beside it.
+    let (runtime, bucket) = seaweed.bucket("signed");
+    let pointer = read_json::<Pointer>(&runtime, &bucket, "packages/greet/current");
+    let record_key = format!("versions/greet/{}.json", pointer.version);
+    let record = read_json::<Record>(&runtime, &bucket, &record_key);
+    assert!(
+        record.artifacts.contains_key(&artifact),
+        "{:?}",
+        record.artifacts
+    );
+    let signature = runtime
+        .block_on(bucket.read(&format!("{record_key}.sig"), None))
+        .unwrap();
+    assert!(matches!(signature, Read::Found { .. }));
+
+    // Trusted: the artifact is fetched, checked and loaded; nothing is compiled.
+    let node = tempfile::tempdir().unwrap();
+    let (call, _) = call_json(&seaweed, "signed", node.path(), &["--trust-key", &public]);
+    assert_eq!(call["stats"]["compiled"], false, "{call}");
+    assert!(node.path().join("artifacts").join(&artifact).is_file());
+
+    // No trusted key, or only another's: no native code from the bucket; compiled here.
+    for (flags, why) in [
+        (vec![], "no key is trusted"),
+        (vec!["--trust-key", other.as_str()], "which is not trusted"),
+    ] {
+        let node = tempfile::tempdir().unwrap();
+        let (call, stderr) = call_json(&seaweed, "signed", node.path(), &flags);
+        assert_eq!(call["stats"]["compiled"], true, "{call}");
+        assert!(
+            stderr.contains("compiling greet here") && stderr.contains(why),
+            "{stderr}"
+        );
+    }
+
+    // --require-signed refuses what no trusted key signed.
+    let node = tempfile::tempdir().unwrap();
+    let out = hako(
+        &seaweed,
+        "signed",
+        node.path(),
+        &[
+            "call",
+            "greet",
+            "greet",
+            GREET_ARGS,
+            "--trust-key",
+            &other,
+            "--require-signed",
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("refused by --require-signed"), "{stderr}");
+    assert!(!node.path().join("packages/greet/current").exists());
+
+    // A flipped byte in the artifact's blob: refused, even under a trusted signature.
+    overwrite(
+        &seaweed,
+        "signed",
+        &format!("blobs/sha256/{}", record.artifacts[&artifact]),
+        |bytes| bytes[100] ^= 1,
+    );
+    let node = tempfile::tempdir().unwrap();
+    let out = hako(
+        &seaweed,
+        "signed",
+        node.path(),
+        &["call", "greet", "greet", GREET_ARGS, "--trust-key", &public],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("the blob of {artifact} has SHA-256")),
+        "{stderr}"
+    );
+    assert!(!node.path().join("artifacts").join(&artifact).exists());
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(
+    runtime: &tokio::runtime::Runtime,
+    bucket: &hako::store::bucket::Bucket,
+    key: &str,
+) -> T {
+    let Read::Found { bytes, .. } = runtime.block_on(bucket.read(key, None)).unwrap() else {
+        panic!("{key} is not in the bucket");
+    };
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[test]
+fn a_foreign_artifact_under_another_modules_name_is_refused_at_load_and_never_run() {
+    // Even a trusted signer's record cannot make a node run code made from another module: the
+    // artifact's header names its module, and a load checks it.
+    let seaweed = Seaweed::start();
+    let keys = tempfile::tempdir().unwrap();
+    let (private, public) = keygen(keys.path(), "uploader");
+    let uploader = tempfile::tempdir().unwrap();
+    let greet = support::greet_package_dir();
+    let other = support::fixture_package("other", None);
+    for package in [greet.as_path(), other.path()] {
+        succeeded(&hako(
+            &seaweed,
+            "foreign",
+            uploader.path(),
+            &["upload", support::arg(package), "--signing-key", &private],
+        ));
+    }
+    let (runtime, bucket) = seaweed.bucket("foreign");
+    let read = |name: &str| {
+        let pointer = read_json::<Pointer>(&runtime, &bucket, &format!("packages/{name}/current"));
+        let key = format!("versions/{name}/{}.json", pointer.version);
+        (read_json::<Record>(&runtime, &bucket, &key), key)
+    };
+    let (mut record, record_key) = read("greet");
+    let (foreign, _) = read("other");
+    let foreign_digest = foreign.artifacts.values().next().unwrap().clone();
+    for digest in record.artifacts.values_mut() {
+        *digest = foreign_digest.clone();
+    }
+    // The signer signs the edited record, and the pointer names it.
+    let bytes = serde_json::to_vec(&record).unwrap();
+    let key = hako::store::signing::SigningKey::read(Path::new(&private)).unwrap();
+    let signature = serde_json::to_vec(&key.sign(&bytes)).unwrap();
+    overwrite(&seaweed, "foreign", &record_key, |old| *old = bytes.clone());
+    overwrite(&seaweed, "foreign", &format!("{record_key}.sig"), |old| {
+        *old = signature.clone()
+    });
+    overwrite(&seaweed, "foreign", "packages/greet/current", |old| {
+        let mut pointer: Pointer = serde_json::from_slice(old).unwrap();
+        pointer.record_sha256 = hako::store::sha256_hex(&bytes);
+        *old = serde_json::to_vec(&pointer).unwrap();
+    });
+
+    let node = tempfile::tempdir().unwrap();
+    let (call, stderr) = call_json(&seaweed, "foreign", node.path(), &["--trust-key", &public]);
+    assert_eq!(call["stats"]["compiled"], true, "{call}");
+    assert!(call.to_string().contains("bucket"), "{call}");
+    assert!(
+        stderr.contains("refusing artifact") && stderr.contains("module is"),
+        "{stderr}"
+    );
+}
+
+/// `hako serve` on the bucket under `prefix`, with its own cache folder, looking at the
+/// bucket every 200 ms.
+fn node(seaweed: &Seaweed, prefix: &str, cache: &Path) -> Server {
+    let store = format!("s3://{BUCKET}/{prefix}");
+    let env = seaweed.env();
+    let env: Vec<(&str, &str)> = env
+        .iter()
+        .map(|(key, value)| (*key, value.as_str()))
+        .collect();
+    Server::start_logging(
+        Path::new(&store),
+        &["--cache", support::arg(cache), "--refresh-ms", "200"],
+        &env,
+        Stdio::null(),
+    )
+}
+
+fn greet_call(node: &Server) -> serve_support::Reply {
+    node.post_json(
+        "/v1/packages/greet/call",
+        &serde_json::json!({"tool": "greet", "arguments": {"name": "bucket"}}),
+    )
+}
+
+fn served_version(node: &Server) -> Option<String> {
+    let reply = node.get("/v1/packages/greet");
+    (reply.status == 200).then(|| reply.json()["version"].as_str().unwrap().to_string())
+}
+
+fn upload_through(node: &Server, version: &str) -> serve_support::Reply {
+    let package = greet_version(version);
+    node.request(
+        "POST",
+        "/v1/packages",
+        &[],
+        &support::archive_of(package.path()),
+    )
+}
+
+#[test]
+fn three_nodes_on_one_bucket_serve_what_any_of_them_was_given() {
+    let seaweed = Seaweed::start();
+    let caches: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes: Vec<Server> = caches
+        .iter()
+        .map(|c| node(&seaweed, "nodes", c.path()))
+        .collect();
+    let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
+
+    // Uploaded through A: served by A at once, and by B and C, which fetch it when asked.
+    let reply = upload_through(a, "1.0.0");
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    for node in &nodes {
+        let reply = greet_call(node);
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert!(reply.text().contains("bucket"), "{}", reply.text());
+    }
+
+    // A new version uploaded through C reaches A and B at their next look at the bucket.
+    let started = std::time::Instant::now();
+    let reply = upload_through(c, "1.1.0");
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    assert_eq!(served_version(c).as_deref(), Some("1.1.0"));
+    for node in [a, b] {
+        node.wait_until("the new version is served", |node| {
+            served_version(node).as_deref() == Some("1.1.0")
+        });
+    }
+    eprintln!(
+        "propagation of a new version (--refresh-ms 200): {:?}",
+        started.elapsed()
+    );
+    assert_eq!(greet_call(a).status, 200);
+
+    // The three agree on what the store offers.
+    let lists: Vec<serde_json::Value> =
+        nodes.iter().map(|n| n.get("/v1/packages").json()).collect();
+    assert_eq!(lists[0], lists[1]);
+    assert_eq!(lists[1], lists[2]);
+    assert!(lists[0].to_string().contains("1.1.0"), "{}", lists[0]);
+
+    // An unchanged pointer costs a conditional GET; B fetched a version from the store.
+    assert!(
+        a.metric("hako_store_requests_total{operation=\"get\",outcome=\"not_modified\"}") > 0.0
+    );
+    assert!(b.metric("hako_cache_hits_total{layer=\"store\"}") >= 1.0);
+    // B trusts no key: the artifacts compiled at upload are not used, and B compiled.
+    assert!(b.metric("hako_signature_refusals_total{action=\"compiled_here\"}") >= 1.0);
+    assert!(b.metric("hako_module_loads_total{source=\"compiled\"}") >= 1.0);
+    assert_eq!(b.metric("hako_store_ready"), 1.0);
+    assert_eq!(a.get("/readyz").status, 200);
+}
+
+#[test]
+fn nodes_keep_serving_while_the_store_is_down_and_catch_up_when_it_is_back() {
+    let mut seaweed = Seaweed::start();
+    let caches: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes: Vec<Server> = caches
+        .iter()
+        .map(|c| node(&seaweed, "outage", c.path()))
+        .collect();
+    assert_eq!(upload_through(&nodes[0], "1.0.0").status, 201);
+    for node in &nodes {
+        assert_eq!(greet_call(node).status, 200);
+    }
+
+    seaweed.stop();
+    for node in &nodes {
+        node.wait_until("/readyz says the store is unreachable", |node| {
+            node.get("/readyz").status == 503
+        });
+        let ready = node.get("/readyz").json();
+        assert_eq!(ready["ready"], false, "{ready}");
+        assert!(
+            ready["store"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("s3://{BUCKET}")),
+            "{ready}"
+        );
+        // Cached packages are still answered.
+        let reply = greet_call(node);
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(node.get("/healthz").status, 200);
+    }
+    // An upload cannot be published: 503 naming the store, and nothing changes.
+    let reply = upload_through(&nodes[0], "2.0.0");
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    assert!(
+        reply.text().contains(&format!("s3://{BUCKET}")),
+        "{}",
+        reply.text()
+    );
+    assert_eq!(served_version(&nodes[0]).as_deref(), Some("1.0.0"));
+
+    // Back: every node is ready again on its own, and uploads reach all of them.
+    seaweed.restart();
+    for node in &nodes {
+        node.wait_until("/readyz is ready again", |node| {
+            node.get("/readyz").status == 200
+        });
+    }
+    let reply = upload_through(&nodes[0], "2.0.0");
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    for node in &nodes {
+        node.wait_until("the new version is served", |node| {
+            served_version(node).as_deref() == Some("2.0.0")
+        });
+        assert_eq!(greet_call(node).status, 200);
+    }
 }

@@ -45,7 +45,8 @@ fn install() -> Result<PathBuf, String> {
 pub struct Seaweed {
     child: Child,
     s3_port: u16,
-    _data: tempfile::TempDir,
+    ports: Vec<u16>,
+    data: tempfile::TempDir,
     log: PathBuf,
 }
 
@@ -66,10 +67,37 @@ fn free_ports(count: usize) -> Vec<u16> {
 impl Seaweed {
     /// Starts one, and waits until its S3 endpoint serves the bucket.
     pub fn start() -> Seaweed {
-        let weed = weed();
         let data = tempfile::tempdir().expect("a data folder");
         let log = data.path().join("weed.log");
         let ports = free_ports(12);
+        std::fs::create_dir_all(data.path().join("data")).unwrap();
+        let child = Self::spawn(data.path(), &ports, &log);
+        let mut seaweed = Seaweed {
+            child,
+            s3_port: ports[6],
+            ports,
+            data,
+            log,
+        };
+        seaweed.wait_ready();
+        seaweed
+    }
+
+    /// Stops it (SIGKILL): its endpoint refuses connections until [`Seaweed::restart`].
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again on the same ports and data, and waits until it serves the bucket.
+    pub fn restart(&mut self) {
+        self.stop();
+        std::fs::write(&self.log, "").unwrap();
+        self.child = Self::spawn(self.data.path(), &self.ports, &self.log);
+        self.wait_ready();
+    }
+
+    fn spawn(dir: &Path, ports: &[u16], log: &Path) -> Child {
         let flags = [
             "master.port",
             "master.port.grpc",
@@ -84,10 +112,10 @@ impl Seaweed {
             "s3.port.iceberg",
             "s3.port.lance",
         ];
-        let mut command = Command::new(weed);
+        let mut command = Command::new(weed());
         command
             .arg("mini")
-            .arg(format!("-dir={}", data.path().join("data").display()))
+            .arg(format!("-dir={}", dir.join("data").display()))
             .args([
                 "-ip=127.0.0.1",
                 "-ip.bind=127.0.0.1",
@@ -95,27 +123,18 @@ impl Seaweed {
                 "-webdav=false",
             ])
             .arg(format!("-bucket={BUCKET}"));
-        for (flag, port) in flags.iter().zip(&ports) {
+        for (flag, port) in flags.iter().zip(ports) {
             command.arg(format!("-{flag}={port}"));
         }
-        std::fs::create_dir_all(data.path().join("data")).unwrap();
-        let child = command
+        command
             .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
             .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-            .current_dir(data.path())
+            .current_dir(dir)
             .stdin(Stdio::null())
-            .stdout(File::create(&log).unwrap())
-            .stderr(File::create(data.path().join("weed.err")).unwrap())
+            .stdout(File::create(log).unwrap())
+            .stderr(File::create(dir.join("weed.err")).unwrap())
             .spawn()
-            .expect("weed starts");
-        let mut seaweed = Seaweed {
-            child,
-            s3_port: ports[6],
-            _data: data,
-            log,
-        };
-        seaweed.wait_ready();
-        seaweed
+            .expect("weed starts")
     }
 
     /// Waits for the line saying every component is ready, then for the bucket to answer a
