@@ -6,7 +6,8 @@
 //!   costs one small conditional GET; a changed one is fetched, checked and made current in the
 //!   cache ([`remote::sync_to`]). Calls read the cache only: a call never waits on the bucket
 //!   for a package the node holds.
-//! - A request naming a package the cache does not hold fetches it first, once.
+//! - A request naming a package the cache does not hold fetches it first, once; a name the
+//!   bucket does not have either is asked for again at most once a refresh.
 //! - An upload through the node's API is stored in the cache, then published to the bucket;
 //!   when publishing fails the cache offers what it offered before, and the upload answers 503
 //!   naming the store's error.
@@ -17,17 +18,21 @@
 //! Every fetch and publish runs under one lock, so the cache never sees two writers of one
 //! version at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::metrics::Metrics;
+use crate::package::manifest::is_valid_name;
 use crate::store::bucket::{Bucket, OPERATIONS, OUTCOMES};
 use crate::store::remote::{self, RemoteError, Trust};
 use crate::store::signing::SigningKey;
 use crate::store::{PutResult, Store, StoreError, StoredPackage};
+
+/// The most names of missing packages remembered at once.
+const MAX_MISSES: usize = 4096;
 
 /// How a server follows a bucket.
 #[derive(Debug, Clone)]
@@ -46,8 +51,14 @@ pub struct Follower {
     bucket: Bucket,
     cache: Store,
     config: FollowConfig,
+    /// The packages the cache offers, as far as this follower made or saw them: a request for
+    /// one of them costs no look at the disk here.
+    held: Mutex<HashSet<String>>,
     /// The ETag of each package's pointer when it was last read.
     etags: Mutex<HashMap<String, String>>,
+    /// Names requested that the bucket did not have, and when: asked again at most once a
+    /// refresh, so that requests for unknown names do not each cost a request to the bucket.
+    misses: Mutex<HashMap<String, Instant>>,
     /// Fetches and publishes, one at a time.
     writing: tokio::sync::Mutex<()>,
     fetched: AtomicU64,
@@ -60,11 +71,14 @@ impl Follower {
     /// Opens the bucket (nothing is sent yet). Must run inside a tokio runtime.
     pub async fn open(config: FollowConfig, cache: Store) -> Result<Self, RemoteError> {
         let bucket = Bucket::open(&config.bucket, &config.prefix).await?;
+        let held = cache.list()?.into_iter().collect();
         Ok(Self {
             bucket,
+            held: Mutex::new(held),
             cache,
             config,
             etags: Mutex::default(),
+            misses: Mutex::default(),
             writing: tokio::sync::Mutex::new(()),
             fetched: AtomicU64::new(0),
             artifacts: AtomicU64::new(0),
@@ -150,6 +164,7 @@ impl Follower {
                     self.refused_unsigned.fetch_add(1, Ordering::Relaxed);
                 }
             })?;
+        self.now_holds(name);
         if synced.fetched {
             self.fetched.fetch_add(1, Ordering::Relaxed);
             tracing::info!(
@@ -170,13 +185,43 @@ impl Follower {
         Ok(synced.stored)
     }
 
+    fn holds(&self, name: &str) -> bool {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(name)
+    }
+
+    fn now_holds(&self, name: &str) {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string());
+    }
+
     /// Makes the cache hold `name` when it does not yet: a request named it.
     pub async fn fetch_missing(&self, name: &str) {
-        if self.cache.current_version(name).is_ok() {
+        if self.holds(name) || !is_valid_name(name) {
             return;
+        }
+        {
+            let misses = self.misses.lock().unwrap_or_else(|p| p.into_inner());
+            if misses
+                .get(name)
+                .is_some_and(|when| when.elapsed() < self.config.refresh)
+            {
+                return;
+            }
         }
         if let Err(err) = self.follow(name).await {
             tracing::debug!("fetching {name} from {}: {err}", self.url());
+        }
+        if !self.holds(name) {
+            let mut misses = self.misses.lock().unwrap_or_else(|p| p.into_inner());
+            if misses.len() >= MAX_MISSES {
+                misses.clear();
+            }
+            misses.insert(name.to_string(), Instant::now());
         }
     }
 
@@ -209,8 +254,13 @@ impl Follower {
         }
         .await;
         match published {
-            Ok(PutResult::Stored) => Ok(PutResult::Stored),
-            Ok(PutResult::Unchanged) => Ok(put),
+            Ok(published) => {
+                self.now_holds(name);
+                Ok(match published {
+                    PutResult::Stored => PutResult::Stored,
+                    PutResult::Unchanged => put,
+                })
+            }
             Err(err) => {
                 if let Err(undo) = self.cache.restore_current(name, previous.as_deref()) {
                     tracing::error!("{name}: undoing an upload that was not published: {undo}");

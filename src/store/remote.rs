@@ -65,6 +65,16 @@ pub enum RemoteError {
     Contended { url: String, name: String },
 }
 
+impl RemoteError {
+    fn refused(bucket: &Bucket, key: &str, reason: String) -> Self {
+        RemoteError::Refused {
+            url: bucket.url(),
+            key: key.to_string(),
+            reason,
+        }
+    }
+}
+
 /// A version's immutable record in the bucket.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -275,11 +285,7 @@ async fn read_record(
     key: &str,
     digest: Option<&str>,
 ) -> Result<(Record, Bytes), RemoteError> {
-    let refused = |reason: String| RemoteError::Refused {
-        url: bucket.url(),
-        key: key.to_string(),
-        reason,
-    };
+    let refused = |reason: String| RemoteError::refused(bucket, key, reason);
     let bytes = match bucket.read(key, None).await? {
         Read::Found { bytes, .. } => bytes,
         Read::Missing | Read::NotModified => {
@@ -388,20 +394,35 @@ pub async fn sync_to(
     }
     let key = record_key(name, &pointer.version);
     let (record, record_bytes) = read_record(bucket, &key, Some(&pointer.record_sha256)).await?;
-    let refused = |key: &str, reason: String| RemoteError::Refused {
-        url: bucket.url(),
-        key: key.to_string(),
-        reason,
-    };
+    let refused = |key: &str, reason: String| RemoteError::refused(bucket, key, reason);
     let wanted = node_artifacts(&record);
-    let signed = match (
-        trust.keys.is_empty(),
-        trust.require_signed || !wanted.is_empty(),
-    ) {
-        (_, false) => Ok(()),
-        (true, true) => Err("no key is trusted (--trust-key)".to_string()),
-        (false, true) => verify(bucket, name, &pointer.version, &record_bytes, trust).await?,
+    let signed = async {
+        Ok::<_, RemoteError>(
+            match (
+                trust.keys.is_empty(),
+                trust.require_signed || !wanted.is_empty(),
+            ) {
+                (_, false) => Ok(()),
+                (true, true) => Err("no key is trusted (--trust-key)".to_string()),
+                (false, true) => {
+                    verify(bucket, name, &pointer.version, &record_bytes, trust).await?
+                }
+            },
+        )
     };
+    // The signature is read while the files are fetched; what they were fetched for is
+    // refused below, before anything of it is offered, when the signature must be there.
+    let files = async {
+        match &held {
+            Some(held) => Ok::<_, RemoteError>(Some(held.clone())),
+            None if trust.require_signed => Ok(None),
+            None => fetch_files(bucket, cache, name, pointer, &key, &record)
+                .await
+                .map(Some),
+        }
+    };
+    let (signed, fetched): (Result<(), String>, Option<StoredPackage>) =
+        tokio::try_join!(signed, files)?;
     if let (true, Err(why)) = (trust.require_signed, &signed) {
         return Err(RemoteError::Unsigned {
             url: bucket.url(),
@@ -409,11 +430,12 @@ pub async fn sync_to(
             reason: format!("no trusted key signed the record: {why}"),
         });
     }
+    let stored = match fetched {
+        Some(stored) => stored,
+        None => fetch_files(bucket, cache, name, pointer, &key, &record).await?,
+    };
     let mut synced = Synced {
-        stored: match &held {
-            Some(held) => held.clone(),
-            None => fetch_files(bucket, cache, name, pointer, &key, &record).await?,
-        },
+        stored,
         fetched: held.is_none(),
         artifacts: 0,
         untrusted: None,
@@ -434,17 +456,20 @@ pub async fn sync_to(
     }
     match signed {
         Ok(()) => {
-            for file in &wanted {
-                let digest = &record.artifacts[file];
-                if cache.artifacts().file(file).is_some() {
-                    continue;
-                }
-                let blob = blob_key(digest);
-                let bytes = read_blob(bucket, &blob, digest, file).await?;
+            let missing: Vec<&String> = wanted
+                .iter()
+                .filter(|file| cache.artifacts().file(file).is_none())
+                .collect();
+            let fetched = futures_util::future::try_join_all(missing.iter().map(|file| {
+                let digest = &record.artifacts[file.as_str()];
+                read_blob(bucket, digest, file)
+            }))
+            .await?;
+            for (file, bytes) in missing.into_iter().zip(fetched) {
                 cache
                     .artifacts()
                     .install(file, &bytes)
-                    .map_err(|err| refused(&blob, err.to_string()))?;
+                    .map_err(|err| refused(&blob_key(&record.artifacts[file]), err.to_string()))?;
                 synced.artifacts += 1;
             }
         }
@@ -504,19 +529,11 @@ fn node_artifacts(record: &Record) -> Vec<String> {
     names
 }
 
-/// A blob's bytes, checked against `digest` (`what` names it in errors).
-async fn read_blob(
-    bucket: &Bucket,
-    blob: &str,
-    digest: &str,
-    what: &str,
-) -> Result<Bytes, RemoteError> {
-    let refused = |reason: String| RemoteError::Refused {
-        url: bucket.url(),
-        key: blob.to_string(),
-        reason,
-    };
-    let bytes = match bucket.read(blob, None).await? {
+/// The bytes of the blob `digest`, checked against it (`what` names it in errors).
+async fn read_blob(bucket: &Bucket, digest: &str, what: &str) -> Result<Bytes, RemoteError> {
+    let blob = blob_key(digest);
+    let refused = |reason: String| RemoteError::refused(bucket, &blob, reason);
+    let bytes = match bucket.read(&blob, None).await? {
         Read::Found { bytes, .. } => bytes,
         Read::Missing | Read::NotModified => {
             return Err(refused(format!("the blob of {what} is missing")))
@@ -540,27 +557,33 @@ async fn fetch_files(
     key: &str,
     record: &Record,
 ) -> Result<StoredPackage, RemoteError> {
-    let refused = |reason: String| RemoteError::Refused {
-        url: bucket.url(),
-        key: key.to_string(),
-        reason,
-    };
+    let refused = |reason: String| RemoteError::refused(bucket, key, reason);
     let work = cache.staging()?;
     let staging = tempfile::Builder::new()
         .prefix("fetch-")
         .tempdir_in(&work)
         .map_err(super::io("creating a folder in", &work))?;
+    let mut targets = Vec::new();
     for (relative, digest) in &record.files {
         let target = confined(staging.path(), relative).ok_or_else(|| {
             refused(format!(
                 "the record names the file {relative:?}, which is no path inside a package"
             ))
         })?;
-        let bytes = read_blob(bucket, &blob_key(digest), digest, relative).await?;
+        targets.push((target, relative, digest));
+    }
+    // The files are fetched at once: a first call waits for the slowest, not for their sum.
+    let blobs = futures_util::future::try_join_all(
+        targets
+            .iter()
+            .map(|(_, relative, digest)| read_blob(bucket, digest, relative)),
+    )
+    .await?;
+    for ((target, _, _), bytes) in targets.iter().zip(blobs) {
         if let Some(parent) = target.parent() {
             fs::create_dir_all(parent).map_err(super::io("creating", parent))?;
         }
-        fs::write(&target, &bytes).map_err(super::io("writing", &target))?;
+        fs::write(target, &bytes).map_err(super::io("writing", target))?;
     }
     let package = crate::package::load(staging.path()).map_err(|err| {
         refused(format!(

@@ -723,6 +723,18 @@ fn three_nodes_on_one_bucket_serve_what_any_of_them_was_given() {
     assert!(b.metric("hako_module_loads_total{source=\"compiled\"}") >= 1.0);
     assert_eq!(b.metric("hako_store_ready"), 1.0);
     assert_eq!(a.get("/readyz").status, 200);
+
+    // Requests for a name nobody uploaded are 404s that do not each cost a request to the
+    // bucket.
+    let missing = "hako_store_requests_total{operation=\"get\",outcome=\"missing\"}";
+    let before = a.metric(missing);
+    for _ in 0..10 {
+        assert_eq!(a.get("/v1/packages/nobody").status, 404);
+    }
+    assert!(
+        a.metric(missing) - before < 10.0,
+        "every miss went to the bucket"
+    );
 }
 
 #[test]
@@ -782,4 +794,81 @@ fn nodes_keep_serving_while_the_store_is_down_and_catch_up_when_it_is_back() {
         });
         assert_eq!(greet_call(node).status, 200);
     }
+}
+
+#[test]
+fn serve_stdio_and_bench_take_a_package_from_the_bucket() {
+    use std::io::Write;
+    let seaweed = Seaweed::start();
+    let uploader = tempfile::tempdir().unwrap();
+    succeeded(&hako(
+        &seaweed,
+        "stdio",
+        uploader.path(),
+        &["upload", support::arg(&support::greet_package_dir())],
+    ));
+
+    // `serve --stdio NAME` from an empty cache.
+    let node = tempfile::tempdir().unwrap();
+    let mut child = seaweed
+        .hako()
+        .args([
+            "serve",
+            "--stdio",
+            "greet",
+            "--store",
+            &format!("s3://{BUCKET}/stdio"),
+        ])
+        .args(["--cache", support::arg(node.path())])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "greet", "arguments": {"name": "stdio"}}});
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{call}").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stdout = succeeded(&out);
+    let answer: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    assert!(answer["result"].to_string().contains("stdio"), "{answer}");
+
+    // `bench NAME` on a bucket.
+    let bench = tempfile::tempdir().unwrap();
+    let out = succeeded(&hako(
+        &seaweed,
+        "stdio",
+        bench.path(),
+        &[
+            "bench",
+            "greet",
+            "--engines",
+            "wasmer-singlepass",
+            "--iterations",
+            "3",
+            "--json",
+        ],
+    ));
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(report.to_string().contains("wasmer-singlepass"), "{report}");
+
+    // A package folder is not served from a bucket without an upload.
+    let out = hako(
+        &seaweed,
+        "stdio",
+        node.path(),
+        &[
+            "serve",
+            "--stdio",
+            support::arg(&support::greet_package_dir()),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("upload the package first"),
+        "{}",
+        text(&out.stderr)
+    );
 }

