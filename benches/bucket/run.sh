@@ -5,12 +5,13 @@
 #  1. the first call of a package on a node with an empty cache: pointer, record, signature,
 #     files and artifact fetched, verified, stored in the cache, loaded, called; and the same
 #     with a warm disk cache (a node restarted on its cache folder); medians of TRIALS;
-#  2. steady-state calls/s through `hako serve` on the bucket and on a local store folder, side
-#     by side with wrk (Debian package `wrk`), and their ratio;
+#  2. steady-state calls/s through `hako serve` on the bucket and on a local store folder, one
+#     after the other with wrk (Debian package `wrk`), ROUNDS times in alternating order, and
+#     the median of the rounds' ratios (the machine's noise between two runs is often 10-20%);
 #  3. the propagation time of a new version: from the end of `hako upload` to the node serving
 #     it (default --refresh-ms 1000), median of TRIALS.
 #
-#   benches/bucket/run.sh [PACKAGE_DIR] [TRIALS] [WRK_SECONDS]
+#   benches/bucket/run.sh [PACKAGE_DIR] [TRIALS] [WRK_SECONDS] [ROUNDS]
 #
 # PACKAGE_DIR defaults to the greet example; its first tool is called with {"name":"Ada"}
 # unless PACKAGE_DIR/bench.json names a tool and arguments. Everything runs on one machine
@@ -20,7 +21,8 @@ cd "$(dirname "$0")/../.."
 
 package="${1:-examples/greet}"
 trials="${2:-9}"
-seconds="${3:-10}"
+seconds="${3:-5}"
+rounds="${4:-6}"
 
 command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install -y wrk)" >&2; exit 1; }
 cargo build --release --quiet
@@ -117,7 +119,7 @@ rps() {
 "$hako" upload "$package" --store "$work/local" >/dev/null
 declare -A rate
 ratios=()
-for round in 1 2 3; do
+for round in $(seq "$rounds"); do
   order=(s3 local)
   (( round % 2 == 0 )) && order=(local s3)
   for where in "${order[@]}"; do
