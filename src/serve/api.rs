@@ -146,7 +146,7 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
     // On a bucket, no fetch touches the cache between storing the version there and
     // publishing it.
     let held = match &server.follower {
-        Some(follower) => Some(follower.exclusive().await),
+        Some(follower) => Some((follower, follower.exclusive().await)),
         None => None,
     };
     let work = tokio::task::spawn_blocking(move || -> Result<Stored, UploadFailure> {
@@ -170,12 +170,12 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
         }
     });
     let mut uploaded = match work.await {
-        Ok(Ok(Stored { uploaded, previous })) => match (&server.follower, &held) {
-            (Some(follower), Some(held)) => {
+        Ok(Ok(Stored { uploaded, previous })) => match &held {
+            Some((follower, exclusive)) => {
                 let files: Vec<String> =
                     uploaded.artifacts.iter().map(|a| a.file.clone()).collect();
                 match follower
-                    .publish(held, &uploaded.name, previous, uploaded.put, &files)
+                    .publish(exclusive, &uploaded.name, previous, uploaded.put, &files)
                     .await
                 {
                     Ok(put) => upload::Uploaded { put, ..uploaded },
@@ -193,7 +193,7 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
                     }
                 }
             }
-            _ => uploaded,
+            None => uploaded,
         },
         Ok(Err(failure)) => return failure.response(),
         Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),

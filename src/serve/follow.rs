@@ -21,7 +21,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use super::metrics::Metrics;
@@ -52,8 +52,8 @@ pub struct Follower {
     cache: Store,
     config: FollowConfig,
     /// The packages the cache offers, as far as this follower made or saw them: a request for
-    /// one of them costs no look at the disk here.
-    held: Mutex<HashSet<String>>,
+    /// one of them costs one shared read lock here (every call takes it), no look at the disk.
+    held: RwLock<HashSet<String>>,
     /// The ETag of each package's pointer when it was last read.
     etags: Mutex<HashMap<String, String>>,
     /// Names requested that the bucket did not have, and when: asked again at most once a
@@ -74,7 +74,7 @@ impl Follower {
         let held = cache.list()?.into_iter().collect();
         Ok(Self {
             bucket,
-            held: Mutex::new(held),
+            held: RwLock::new(held),
             cache,
             config,
             etags: Mutex::default(),
@@ -187,16 +187,19 @@ impl Follower {
 
     fn holds(&self, name: &str) -> bool {
         self.held
-            .lock()
+            .read()
             .unwrap_or_else(|p| p.into_inner())
             .contains(name)
     }
 
     fn now_holds(&self, name: &str) {
-        self.held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_string());
+        // Every sync of a held package comes here: the write lock only when it is new.
+        if !self.holds(name) {
+            self.held
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(name.to_string());
+        }
     }
 
     /// Makes the cache hold `name` when it does not yet: a request named it.
