@@ -413,16 +413,14 @@ pub async fn sync_to(
     // The signature is read while the files are fetched; what they were fetched for is
     // refused below, before anything of it is offered, when the signature must be there.
     let files = async {
-        match &held {
-            Some(held) => Ok::<_, RemoteError>(Some(held.clone())),
-            None if trust.require_signed => Ok(None),
-            None => fetch_files(bucket, cache, name, pointer, &key, &record)
-                .await
-                .map(Some),
+        if held.is_some() || trust.require_signed {
+            return Ok::<_, RemoteError>(None);
         }
+        fetch_files(bucket, cache, name, pointer, &key, &record)
+            .await
+            .map(Some)
     };
-    let (signed, fetched): (Result<(), String>, Option<StoredPackage>) =
-        tokio::try_join!(signed, files)?;
+    let (signed, fetched): (Result<(), String>, Option<Fetched>) = tokio::try_join!(signed, files)?;
     if let (true, Err(why)) = (trust.require_signed, &signed) {
         return Err(RemoteError::Unsigned {
             url: bucket.url(),
@@ -430,17 +428,10 @@ pub async fn sync_to(
             reason: format!("no trusted key signed the record: {why}"),
         });
     }
-    let stored = match fetched {
-        Some(stored) => stored,
-        None => fetch_files(bucket, cache, name, pointer, &key, &record).await?,
-    };
-    let mut synced = Synced {
-        stored,
-        fetched: held.is_none(),
-        artifacts: 0,
-        untrusted: None,
-    };
-    if let Some(held) = held {
+    let fetched_now = held.is_none();
+    let mut artifacts = 0;
+    let mut untrusted = None;
+    if let Some(held) = &held {
         // Held, but not known to be this record's: the same module and tools, or refused.
         if held.record != record.upload || held.tools != record.tools {
             return Err(refused(
@@ -470,15 +461,33 @@ pub async fn sync_to(
                     .artifacts()
                     .install(file, &bytes)
                     .map_err(|err| refused(&blob_key(&record.artifacts[file]), err.to_string()))?;
-                synced.artifacts += 1;
+                artifacts += 1;
             }
         }
-        Err(why) if !wanted.is_empty() => synced.untrusted = Some(why),
+        Err(why) if !wanted.is_empty() => untrusted = Some(why),
         Err(_) => {}
     }
+    // The version becomes current in the cache only now, with its artifacts in place: a call
+    // that sees it never compiles what the bucket holds compiled.
+    let stored = match held {
+        Some(held) => held,
+        None => {
+            // Under --require-signed the files are fetched only once the signature held.
+            let fetched = match fetched {
+                Some(fetched) => fetched,
+                None => fetch_files(bucket, cache, name, pointer, &key, &record).await?,
+            };
+            cache.put(&fetched.package, &record.tools, &record.upload.engines)?;
+            cache.version(name, &pointer.version)?
+        }
+    };
     cache.note_record(name, &pointer.version, &pointer.record_sha256)?;
-    synced.stored = offer(synced.stored)?;
-    Ok(synced)
+    Ok(Synced {
+        fetched: fetched_now,
+        stored: offer(stored)?,
+        artifacts,
+        untrusted,
+    })
 }
 
 /// Whether a trusted key signed the record (`Ok(Err(why))` when not).
@@ -548,7 +557,15 @@ async fn read_blob(bucket: &Bucket, digest: &str, what: &str) -> Result<Bytes, R
     Ok(bytes)
 }
 
-/// Fetches a version's files into `cache` through the package checks of an upload.
+/// A version's files fetched into a staging folder of the cache and checked as an upload's.
+struct Fetched {
+    package: crate::package::Package,
+    /// Holds the package's files until they are stored.
+    _staging: tempfile::TempDir,
+}
+
+/// Fetches a version's files into the cache's staging folder, through the package checks of
+/// an upload; [`sync_to`] stores them once their artifacts are in place.
 async fn fetch_files(
     bucket: &Bucket,
     cache: &Store,
@@ -556,7 +573,7 @@ async fn fetch_files(
     pointer: &Pointer,
     key: &str,
     record: &Record,
-) -> Result<StoredPackage, RemoteError> {
+) -> Result<Fetched, RemoteError> {
     let refused = |reason: String| RemoteError::refused(bucket, key, reason);
     let work = cache.staging()?;
     let staging = tempfile::Builder::new()
@@ -598,8 +615,10 @@ async fn fetch_files(
             "the version's files are not the package its record describes".to_string(),
         ));
     }
-    cache.put(&package, &record.tools, &record.upload.engines)?;
-    Ok(cache.version(name, &pointer.version)?)
+    Ok(Fetched {
+        package,
+        _staging: staging,
+    })
 }
 
 /// `relative` joined to `root` when it is a plain relative path of normal parts.
