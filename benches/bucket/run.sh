@@ -52,8 +52,8 @@ for i in "${!flags[@]}"; do weed_args+=("-${flags[$i]}=${ports[$i]}"); done
 mkdir -p "$work/weed"
 export AWS_ACCESS_KEY_ID=bench-access AWS_SECRET_ACCESS_KEY=bench-secret-key
 export AWS_ENDPOINT_URL="http://127.0.0.1:${ports[6]}" AWS_REGION=us-east-1 AWS_ALLOW_HTTP=true
-# On two cores or more, the node runs on a core of its own and everything else (SeaweedFS, the
-# uploader, wrk) on another, so the node's calls/s is its own work, not the scheduler's luck.
+# On two cores or more, the node runs on a core of its own and SeaweedFS and wrk on another
+# (uploads are not pinned), so the node's calls/s is its own work, not the scheduler's luck.
 pin_node=() pin_rest=()
 if (($(nproc) >= 2)) && command -v taskset >/dev/null; then
   pin_node=(taskset -c 1) pin_rest=(taskset -c 0)
