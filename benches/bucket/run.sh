@@ -5,17 +5,18 @@
 #  1. the first call of a package on a node with an empty cache: pointer, record, signature,
 #     files and artifact fetched, verified, stored in the cache, loaded, called; and the same
 #     with a warm disk cache (a node restarted on its cache folder); medians of TRIALS;
-#  2. steady-state calls/s through `hako serve` on the bucket and on a local store folder, one
-#     after the other with wrk (Debian package `wrk`), ROUNDS times in alternating order, and
-#     the median of the rounds' ratios (the machine's noise between two runs is often 10-20%);
+#  2. steady-state calls/s through `hako serve` on the bucket and on a local store folder, both
+#     nodes running, loaded by wrk (Debian package `wrk`) in alternating bursts of one second,
+#     WRK_SECONDS each; ROUNDS pairs of nodes, and the median of the rounds' ratios;
 #  3. the propagation time of a new version: from the end of `hako upload` to the node serving
 #     it (default --refresh-ms 1000), median of TRIALS.
 #
 #   benches/bucket/run.sh [PACKAGE_DIR] [TRIALS] [WRK_SECONDS] [ROUNDS]
 #
 # PACKAGE_DIR defaults to the greet example; its first tool is called with {"name":"Ada"}
-# unless PACKAGE_DIR/bench.json names a tool and arguments. Everything runs on one machine
-# (the store, the node and the load generator share its cores): compare within one run only.
+# unless PACKAGE_DIR/bench.json names a tool and arguments (`{"tool": …, "args": {…}}`, as for
+# `hako bench --suite`). Everything runs on one machine (the store, the node and the load
+# generator share its cores): compare within one run only.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -70,7 +71,7 @@ name="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])
 tool="" args='{"name":"Ada"}'
 if [[ -f "$package/bench.json" ]]; then
   tool="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("tool",""))' "$package/bench.json")"
-  args="$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get("arguments",{})))' "$package/bench.json")"
+  args="$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1])).get("args",{})))' "$package/bench.json")"
 fi
 if [[ -z "$tool" ]]; then
   "$hako" upload "$package" --store "$work/local" >/dev/null
@@ -117,32 +118,39 @@ printf 'first call, empty cache (fetch, verify, load, call):  median %s ms  (%s)
 printf 'first call, warm disk cache (load, call):             median %s ms  (%s)\n' \
   "$(printf '%s\n' "${warm[@]}" | median)" "${warm[*]}"
 
-# 2. Steady state, the same package on the bucket and in a local folder, one after the other.
-rps() {
-  BODY="$body" "${pin_rest[@]}" wrk -t1 -c16 -d"${seconds}s" -s benches/serve/post.lua "$base/v1/packages/$name/call" |
-    awk '/^Requests\/sec:/ {print $2}'
+# 2. Steady state, the same package on the bucket and in a local folder. Both nodes run at once
+# (on the same core), and wrk loads one at a time in bursts of one second, alternating, so the
+# machine's drift over a run (often 10-20% here) falls on both alike; each round starts a new
+# pair of processes, and the figure is the median of the rounds' ratios of calls made.
+requests() {
+  BODY="$body" "${pin_rest[@]}" wrk -t1 -c16 -d"$2" -s benches/serve/post.lua "$1/v1/packages/$name/call" |
+    awk '/ requests in / {print $1}'
 }
 "$hako" upload "$package" --store "$work/local" >/dev/null
-declare -A rate
 ratios=()
 for round in $(seq "$rounds"); do
-  order=(s3 local)
-  (( round % 2 == 0 )) && order=(local s3)
-  for where in "${order[@]}"; do
-    if [[ $where == s3 ]]; then
-      start --store s3://hako/cold-1 --cache "$work/cache-1" --trust-key "$work/key.pub"
-    else
-      start --store "$work/local"
-    fi
-    call_ms >/dev/null
-    BODY="$body" "${pin_rest[@]}" wrk -t1 -c16 -d2s -s benches/serve/post.lua "$base/v1/packages/$name/call" >/dev/null
-    rate[$where-$round]="$(rps)"
-    stop
+  start --store s3://hako/cold-1 --cache "$work/cache-1" --trust-key "$work/key.pub"
+  s3_base="$base" s3_server="$server"
+  start --store "$work/local"
+  local_base="$base" local_server="$server"
+  for node in "$s3_base" "$local_base"; do
+    base="$node" call_ms >/dev/null
+    requests "$node" 2s >/dev/null
   done
-  ratio="$(awk -v a="${rate[s3-$round]}" -v b="${rate[local-$round]}" 'BEGIN {printf "%.3f", a / b}')"
+  s3=0 local=0
+  for burst in $(seq "$seconds"); do
+    if (( (round + burst) % 2 == 0 )); then
+      s3=$((s3 + $(requests "$s3_base" 1s))) local=$((local + $(requests "$local_base" 1s)))
+    else
+      local=$((local + $(requests "$local_base" 1s))) s3=$((s3 + $(requests "$s3_base" 1s)))
+    fi
+  done
+  server="$s3_server" stop
+  server="$local_server" stop
+  ratio="$(awk -v a="$s3" -v b="$local" 'BEGIN {printf "%.3f", a / b}')"
   ratios+=("$ratio")
-  printf 'calls/s round %s (%s first): s3 %s, local %s, s3/local %s\n' "$round" "${order[0]}" \
-    "${rate[s3-$round]}" "${rate[local-$round]}" "$ratio"
+  printf 'calls/s round %s: s3 %s, local %s, s3/local %s\n' "$round" \
+    "$((s3 / seconds))" "$((local / seconds))" "$ratio"
 done
 printf 'calls/s s3/local: median of the rounds %s\n' "$(printf '%s\n' "${ratios[@]}" | median)"
 
