@@ -48,9 +48,9 @@ for x in s: x.bind(("127.0.0.1", 0))
 print(" ".join(str(x.getsockname()[1]) for x in s))')"
 flags=(master.port master.port.grpc volume.port volume.port.grpc filer.port filer.port.grpc
   s3.port s3.port.grpc admin.port admin.port.grpc s3.port.iceberg s3.port.lance)
-weed_args=(mini "-dir=$work/weed" -ip=127.0.0.1 -ip.bind=127.0.0.1 -admin.ui=false -webdav=false -bucket=hako)
+weed_args=("-logdir=$work/weed-logs" mini "-dir=$work/weed" -ip=127.0.0.1 -ip.bind=127.0.0.1 -admin.ui=false -webdav=false -bucket=hako)
 for i in "${!flags[@]}"; do weed_args+=("-${flags[$i]}=${ports[$i]}"); done
-mkdir -p "$work/weed"
+mkdir -p "$work/weed" "$work/weed-logs"
 export AWS_ACCESS_KEY_ID=bench-access AWS_SECRET_ACCESS_KEY=bench-secret-key
 export AWS_ENDPOINT_URL="http://127.0.0.1:${ports[6]}" AWS_REGION=us-east-1 AWS_ALLOW_HTTP=true
 # On two cores or more, the node runs on a core of its own and SeaweedFS and wrk on another

@@ -112,8 +112,12 @@ impl Seaweed {
             "s3.port.iceberg",
             "s3.port.lance",
         ];
+        // Its log files go with the data; by default they would pile up in the TMPDIR.
+        let logs = dir.join("logs");
+        std::fs::create_dir_all(&logs).expect("SeaweedFS's log folder");
         let mut command = Command::new(weed());
         command
+            .arg(format!("-logdir={}", logs.display()))
             .arg("mini")
             .arg(format!("-dir={}", dir.join("data").display()))
             .args([
