@@ -53,8 +53,8 @@ for i in "${!flags[@]}"; do weed_args+=("-${flags[$i]}=${ports[$i]}"); done
 mkdir -p "$work/weed" "$work/weed-logs"
 export AWS_ACCESS_KEY_ID=bench-access AWS_SECRET_ACCESS_KEY=bench-secret-key
 export AWS_ENDPOINT_URL="http://127.0.0.1:${ports[6]}" AWS_REGION=us-east-1 AWS_ALLOW_HTTP=true
-# On two cores or more, the node runs on a core of its own and SeaweedFS and wrk on another
-# (uploads are not pinned), so the node's calls/s is its own work, not the scheduler's luck.
+# On two cores or more, the nodes run on a core of their own and SeaweedFS and wrk on another
+# (uploads are not pinned), so a node's calls/s is its own work, not the scheduler's luck.
 pin_node=() pin_rest=()
 if (($(nproc) >= 2)) && command -v taskset >/dev/null; then
   pin_node=(taskset -c 1) pin_rest=(taskset -c 0)
@@ -90,10 +90,12 @@ start() {
   base="$(sed -n 's/^hako: listening on //p' "$log")"
   [[ -n "$base" ]] || { echo "hako serve did not start" >&2; exit 1; }
 }
-stop() { kill "$server"; wait "$server" 2>/dev/null || true; }
+# stop [PID]: stops the server PID (default: the last started).
+stop() { local pid="${1:-$server}"; kill "$pid"; wait "$pid" 2>/dev/null || true; }
+# call_ms [BASE]: one call's time through the node at BASE (default: the last started).
 call_ms() {
   curl -sf -o /dev/null -w '%{time_total}' -X POST -H 'content-type: application/json' \
-    -d "$body" "$base/v1/packages/$name/call" | awk '{printf "%.2f", $1 * 1000}'
+    -d "$body" "${1:-$base}/v1/packages/$name/call" | awk '{printf "%.2f", $1 * 1000}'
 }
 median() { sort -n | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
@@ -134,7 +136,7 @@ for round in $(seq "$rounds"); do
   start --store "$work/local"
   local_base="$base" local_server="$server"
   for node in "$s3_base" "$local_base"; do
-    base="$node" call_ms >/dev/null
+    call_ms "$node" >/dev/null
     requests "$node" 2s >/dev/null
   done
   s3=0 local=0
@@ -145,8 +147,8 @@ for round in $(seq "$rounds"); do
       local=$((local + $(requests "$local_base" 1s))) s3=$((s3 + $(requests "$s3_base" 1s)))
     fi
   done
-  server="$s3_server" stop
-  server="$local_server" stop
+  stop "$s3_server"
+  stop "$local_server"
   ratio="$(awk -v a="$s3" -v b="$local" 'BEGIN {printf "%.3f", a / b}')"
   ratios+=("$ratio")
   printf 'calls/s round %s: s3 %s, local %s, s3/local %s\n' "$round" \
