@@ -4,7 +4,8 @@
 //! The data's way through the crate: [`package`] reads and checks a package, [`store`] keeps
 //! it with its precompiled artifacts, [`call`] runs one instance per call inside the
 //! [`sandbox`] (WASI preview 1) with [`http`] (the `subako_http` imports), speaking the line
-//! codec of [`protocol`]; [`upload`] strings check, compile, discovery and store together;
+//! codec of [`protocol`]; [`compile`] compiles within time and memory bounds (in a child
+//! process of the `hako` command); [`upload`] strings check, compile, discovery and store together;
 //! [`serve`] is the HTTP and stdio front end, [`bench`](mod@bench) times engines side by side, and [`cli`]
 //! drives it all from the command line.
 //! No module here names an engine type: engines sit behind [`hako_engine_api`].
@@ -12,6 +13,7 @@
 pub mod bench;
 pub mod call;
 pub mod cli;
+pub mod compile;
 pub mod engines;
 pub mod http;
 pub mod package;

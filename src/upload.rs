@@ -11,6 +11,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::call::{self, DiscoveryError};
+use crate::compile::{self, CompileError};
 use crate::engines::{self, EngineConfig};
 use crate::package::tools::Tool;
 use crate::package::Package;
@@ -88,9 +89,9 @@ pub enum UploadError {
         #[source]
         source: hako_engine_api::EngineError,
     },
-    /// Compiling failed.
+    /// Compiling failed, or ran past its bounds.
     #[error("compiling the module: {0}")]
-    Compile(#[source] hako_engine_api::EngineError),
+    Compile(#[source] CompileError),
     /// Writing an artifact failed.
     #[error("writing an artifact: {0}")]
     Artifact(#[from] ArtifactError),
@@ -112,7 +113,16 @@ impl UploadError {
             self,
             UploadError::Refused(_)
                 | UploadError::Store(StoreError::VersionChanged { .. } | StoreError::BadVersion(_))
-        )
+        ) || self.compile_rule().is_some()
+    }
+
+    /// The rule a module broke when its compile was stopped by a bound (`compile.time`,
+    /// `compile.memory`) or crashed the compiler (`compile.crash`).
+    pub fn compile_rule(&self) -> Option<&'static str> {
+        match self {
+            UploadError::Compile(err) => err.rule(),
+            _ => None,
+        }
     }
 }
 
@@ -146,12 +156,12 @@ pub fn upload(
                     source,
                 })?;
             let started = Instant::now();
-            let module = engine
-                .compile(&package.wasm)
-                .map_err(UploadError::Compile)?;
+            let serialized =
+                compile::compile(config, *target, &package.wasm, store.compile_bounds())
+                    .map_err(UploadError::Compile)?;
             let compile_ms = started.elapsed().as_secs_f64() * 1000.0;
             let key = ArtifactKey::new(&package.module_sha256, engine.identity());
-            let written = store.artifacts().write(&key, module.as_ref())?;
+            let written = store.artifacts().write_serialized(&key, serialized)?;
             artifacts.push(ArtifactReport {
                 engine: config.kind().name().to_string(),
                 compiler: config.compiler().name().to_string(),
@@ -162,17 +172,24 @@ pub fn upload(
                 file: key.file_name(),
             });
             if engine.runs_here() && runnable.is_none() {
-                runnable = Some(module);
+                runnable = Some(store.load_stored(&key, engine.as_ref())?);
             }
         }
     }
     let runnable = match runnable {
         Some(module) => module,
         // Discovery runs here, so it needs code for this machine even when every artifact
-        // asked for is for another target.
-        None => engines::engine(EngineConfig::DEFAULT, None)
-            .and_then(|engine| engine.compile(&package.wasm))
-            .map_err(UploadError::Compile)?,
+        // asked for is for another target; it is kept, as any artifact.
+        None => {
+            let config = EngineConfig::DEFAULT;
+            let engine = engines::engine(config, None)
+                .map_err(|err| UploadError::Compile(err.into()))?;
+            let serialized = compile::compile(config, None, &package.wasm, store.compile_bounds())
+                .map_err(UploadError::Compile)?;
+            let key = ArtifactKey::new(&package.module_sha256, engine.identity());
+            store.artifacts().write_serialized(&key, serialized)?;
+            store.load_stored(&key, engine.as_ref())?
+        }
     };
 
     let discovery = match call::discover(&runnable, &package.manifest.name, package.assets.clone())

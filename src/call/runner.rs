@@ -29,21 +29,34 @@ pub struct Limits {
     pub max_memory_bytes: u64,
     /// The most bytes the guest may write to files.
     pub write_budget: u64,
+    /// The most elements any one table may hold (each table reserves its bound against the
+    /// memory cap, see [`RunLimits`]).
+    pub max_table_elements: u32,
 }
 
 impl Limits {
-    /// The defaults of a call: 30 s, 256 MiB, 1 GiB.
+    /// The defaults of a call: 30 s, 256 MiB, 1 GiB, tables of 65,536 elements.
     pub const CALL: Limits = Limits {
         timeout: Duration::from_secs(30),
         max_memory_bytes: 256 * 1024 * 1024,
         write_budget: 1024 * 1024 * 1024,
+        max_table_elements: hako_engine_api::MAX_TABLE_ELEMENTS,
     };
     /// The limits of discovery: 10 s, and nothing to write to.
     pub const DISCOVERY: Limits = Limits {
         timeout: Duration::from_secs(10),
         max_memory_bytes: 256 * 1024 * 1024,
         write_budget: 0,
+        max_table_elements: hako_engine_api::MAX_TABLE_ELEMENTS,
     };
+
+    /// What the engine enforces itself.
+    pub fn run_limits(&self) -> RunLimits {
+        RunLimits {
+            max_memory_bytes: self.max_memory_bytes,
+            max_table_elements: self.max_table_elements,
+        }
+    }
 }
 
 impl Default for Limits {
@@ -233,9 +246,7 @@ impl Bounds {
         .with_cancel(Arc::clone(&self.cancel));
         let result = module.run(
             Box::new(CallHost { wasi, http }),
-            RunLimits {
-                max_memory_bytes: self.limits.max_memory_bytes,
-            },
+            self.limits.run_limits(),
             self.timer.as_ref(),
         );
         let host = result

@@ -9,6 +9,7 @@ use clap::Args;
 
 use super::Failure;
 use crate::call::{Limits, Network};
+use crate::compile::CompileBounds;
 use crate::engines::{self, Compiler, EngineConfig, EngineKind};
 use crate::http::{LazyBroker, Policy};
 
@@ -42,6 +43,10 @@ pub struct LimitArgs {
     /// How many bytes the guest may write to files (default: 1 GiB).
     #[arg(long, value_name = "BYTES")]
     write_budget: Option<u64>,
+    /// The most elements any table of the guest may hold, 1 to 65536 (default: 65536); each
+    /// table reserves its bound against the memory cap.
+    #[arg(long, value_name = "N")]
+    max_table_elements: Option<u32>,
 }
 
 impl LimitArgs {
@@ -62,7 +67,55 @@ impl LimitArgs {
         if let Some(bytes) = self.write_budget {
             limits.write_budget = bytes;
         }
+        if let Some(elements) = self.max_table_elements {
+            limits.max_table_elements = table_elements(elements, "--max-table-elements")?;
+        }
         Ok(limits)
+    }
+}
+
+/// A table bound given with `flag`: 1 to [`hako_engine_api::MAX_TABLE_ELEMENTS`].
+pub fn table_elements(elements: u32, flag: &str) -> Result<u32, Failure> {
+    let most = hako_engine_api::MAX_TABLE_ELEMENTS;
+    if (1..=most).contains(&elements) {
+        Ok(elements)
+    } else {
+        Err(Failure::Usage(format!("{flag} must be 1 to {most}")))
+    }
+}
+
+/// `--compile-timeout-ms` and `--compile-memory-mib`: the bounds of every compile the command
+/// makes (each runs in a child process, killed at the first).
+#[derive(Debug, Args)]
+pub struct CompileArgs {
+    /// How long one compile may take, in ms (default: 300000).
+    #[arg(long, value_name = "MS")]
+    compile_timeout_ms: Option<u64>,
+    /// The memory one compile may hold, in MiB (default: 4096).
+    #[arg(long, value_name = "MIB")]
+    compile_memory_mib: Option<u64>,
+}
+
+impl CompileArgs {
+    pub fn bounds(&self) -> Result<CompileBounds, Failure> {
+        let mut bounds = CompileBounds::DEFAULT;
+        if let Some(ms) = self.compile_timeout_ms {
+            if ms == 0 {
+                return Err(Failure::Usage(
+                    "--compile-timeout-ms must be at least 1".into(),
+                ));
+            }
+            bounds.timeout = Duration::from_millis(ms);
+        }
+        if let Some(mib) = self.compile_memory_mib {
+            if !(64..=1 << 20).contains(&mib) {
+                return Err(Failure::Usage(
+                    "--compile-memory-mib must be 64 to 1048576".into(),
+                ));
+            }
+            bounds.max_memory_bytes = mib << 20;
+        }
+        Ok(bounds)
     }
 }
 

@@ -97,6 +97,12 @@ pub struct ServeArgs {
     /// default).
     #[arg(long, value_name = "BYTES")]
     max_write_budget: Option<u64>,
+    /// The most elements any table of a guest may hold, 1 to 65536 (default: 65536); each
+    /// table reserves its bound against the memory cap.
+    #[arg(long, value_name = "N")]
+    max_table_elements: Option<u32>,
+    #[command(flatten)]
+    compile: super::flags::CompileArgs,
     /// Serve one package as an MCP server over stdin and stdout instead of HTTP.
     #[arg(long, value_name = "PACKAGE|NAME")]
     stdio: Option<String>,
@@ -127,6 +133,7 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
     };
     let mut config = ServeConfig::new(store);
     config.follow = follow;
+    config.compile = args.compile.bounds()?;
     config.listen = args.listen;
     // An empty variable (HAKO_TOKEN=) is no token, as before roles.
     fn given(token: &Option<String>) -> Option<&str> {
@@ -202,6 +209,9 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
     if let Some(bytes) = args.max_write_budget {
         max.write_budget = bytes;
     }
+    if let Some(elements) = args.max_table_elements {
+        max.max_table_elements = super::flags::table_elements(elements, "--max-table-elements")?;
+    }
     Ok(config)
 }
 
@@ -242,7 +252,8 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
             )))
         }
         Target::Path(path) => {
-            let store = super::open_store(Some(&config.store))?;
+            let mut store = super::open_store(Some(&config.store))?;
+            store.set_compile_bounds(config.compile);
             let loaded = super::load_package(&path, Some(&store))?;
             match upload::upload(&store, &loaded, &UploadOptions::default()) {
                 Ok(uploaded) => {

@@ -33,6 +33,8 @@ pub struct UploadArgs {
     /// that nodes trusting its public key load the artifacts compiled here.
     #[arg(long, value_name = "FILE")]
     signing_key: Option<PathBuf>,
+    #[command(flatten)]
+    compile: super::flags::CompileArgs,
     /// Print what was stored as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -43,7 +45,9 @@ pub fn run(args: UploadArgs) -> Result<(), Failure> {
         Some(path) => Some(SigningKey::read(path).map_err(|err| Failure::Usage(err.to_string()))?),
         None => None,
     };
-    let opened = args.store.open_writable()?;
+    let bounds = args.compile.bounds()?;
+    let mut opened = args.store.open_writable()?;
+    opened.store.set_compile_bounds(bounds);
     let store = &opened.store;
     let package = super::load_package(&args.package, Some(store))?;
     let configs = if args.compilers.is_empty() {
@@ -73,6 +77,12 @@ pub fn run(args: UploadArgs) -> Result<(), Failure> {
                     eprintln!("  stderr (last 4 KiB):\n{stderr}");
                 }
             }
+            return Err(Failure::Refused);
+        }
+        Err(err) if err.compile_rule().is_some() => {
+            let rule = err.compile_rule().unwrap_or_default();
+            eprintln!("hako: {} is refused:", args.package.display());
+            eprintln!("  - {rule}: {}", crate::error_chain(&err));
             return Err(Failure::Refused);
         }
         Err(err) => {

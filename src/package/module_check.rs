@@ -12,7 +12,14 @@
 //! - it exports `_start` as a function of type `[] -> []` (`export.start`) and its linear
 //!   memory as `memory` (`export.memory`);
 //! - every import is a function from the ABI's table, [`hako_engine_api::Import`], with
-//!   exactly the table's signature (`import.unknown`, `import.kind`, `import.signature`).
+//!   exactly the table's signature (`import.unknown`, `import.kind`, `import.signature`);
+//! - it declares no more than a real package needs: counts of types, functions, imports,
+//!   exports, globals, tables, data and element segments, each table's minimum, and each
+//!   function's size, locals and nesting ([`limits`], `module.types`, `module.table`, …).
+//!
+//! Passing the check does not bound what a module does when it runs: its memory and tables
+//! are bounded by the call's memory cap and table bound, its time by the call's limit, its
+//! stack by the engine, and its compile by the compile's own time and memory bounds.
 //!
 //! Every problem is reported, not only the first. On success the check also says whether the
 //! module uses SIMD, since the singlepass compiler cannot compile it.
@@ -21,6 +28,7 @@
 //! came from.
 
 mod features;
+pub mod limits;
 
 use hako_engine_api::{Import, ValType as AbiType, HTTP_MODULE, WASI_MODULE};
 use wasmparser::{
@@ -44,6 +52,7 @@ pub fn check_module(wasm: &[u8]) -> Result<ModuleFacts, Vec<Problem>> {
     let mut problems = Vec::new();
     let shape = Shape::read(wasm);
     problems.extend(features::check(wasm, &shape.bodies));
+    problems.extend(limits::check(wasm));
     check_exports(&shape, &mut problems);
     check_imports(&shape, &mut problems);
     if problems.is_empty() {

@@ -27,6 +27,11 @@ impl WriteBudget {
             .is_ok()
     }
 
+    /// Gives back `bytes` a charge took for what did not happen after all.
+    pub fn refund(&self, bytes: u64) {
+        self.remaining.fetch_add(bytes, Ordering::AcqRel);
+    }
+
     /// Bytes still allowed.
     pub fn remaining(&self) -> u64 {
         self.remaining.load(Ordering::Acquire)

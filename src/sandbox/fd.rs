@@ -262,7 +262,12 @@ impl<S: Stdio> Wasi<S> {
             full = !out.push(b"..", 0, filetype::DIRECTORY)?;
         }
         if !full {
-            for entry in dir.entries().map_err(io_fail)? {
+            // A folder may hold many entries, and each call lists them from the start up to the
+            // cookie: the cancel flag is looked at between pieces of them.
+            for (index, entry) in dir.entries().map_err(io_fail)?.enumerate() {
+                if index % super::PIECE_ITEMS == 0 {
+                    super::go_on(&self.cancel)?;
+                }
                 let entry = entry.map_err(io_fail)?;
                 let kind = entry
                     .file_type()

@@ -3,8 +3,8 @@
 //! WASI function beyond opening a lazy directory; the functions do that.
 
 use super::abi::{fdflags, rights};
-use super::error::errno::{EBADF, EIO, ENOTDIR};
-use super::{Fail, Preopen, PreopenDir};
+use super::error::errno::{EBADF, EIO, EMFILE, ENOTDIR};
+use super::{Fail, Preopen, PreopenDir, MAX_OPEN_FDS};
 use cap_std::fs::Dir;
 
 /// One open file descriptor.
@@ -156,13 +156,15 @@ impl FdTable {
         }
     }
 
-    /// Puts `entry` in the lowest free fd.
+    /// Puts `entry` in the lowest free fd; `EMFILE` when [`MAX_OPEN_FDS`] are open (the entry,
+    /// and the host descriptor it holds, is dropped).
     pub fn insert(&mut self, entry: Entry) -> Result<u32, Fail> {
         let index = match self.entries.iter().position(Option::is_none) {
             Some(index) => {
                 self.entries[index] = Some(entry);
                 index
             }
+            None if self.entries.len() >= MAX_OPEN_FDS => return Err(Fail::Errno(EMFILE)),
             None => {
                 self.entries.push(Some(entry));
                 self.entries.len() - 1
@@ -234,6 +236,20 @@ mod tests {
         assert_eq!(table.insert(Entry::Stdout).unwrap(), 1);
         assert_eq!(table.insert(Entry::Stderr).unwrap(), 3);
         assert!(matches!(table.get(9), Err(Fail::Errno(EBADF))));
+    }
+
+    #[test]
+    fn at_most_max_open_fds_are_open_at_once() {
+        let mut table = FdTable::new(Vec::new());
+        while table.entries.len() < MAX_OPEN_FDS {
+            table.insert(Entry::Stdout).unwrap();
+        }
+        assert!(matches!(
+            table.insert(Entry::Stdout),
+            Err(Fail::Errno(EMFILE))
+        ));
+        table.remove(7).unwrap();
+        assert_eq!(table.insert(Entry::Stdout).unwrap(), 7);
     }
 
     #[test]

@@ -1,14 +1,16 @@
 //! Reading and writing through file descriptors: `fd_read`, `fd_write`, `fd_pread`,
 //! `fd_pwrite`, `fd_seek` and `fd_tell`. Standard streams go to the caller's [`Stdio`]; files
-//! are charged to the write budget before a byte is written. It does not open files (`path`)
-//! nor report on them (`fd`).
+//! are charged to the write budget before a byte is written, and read and written a piece
+//! ([`PIECE_BYTES`]) at a time, the cancel flag looked at before each, so that one call moving
+//! gigabytes still ends soon after the time limit. It does not open files (`path`) nor report
+//! on them (`fd`).
 
 use super::abi::rights;
 use super::error::errno::{EBADF, EDQUOT, EINVAL, EISDIR, ENOTCAPABLE, EROFS, ESPIPE};
 use super::error::from_io;
 use super::fdtable::{Entry, FileFd};
 use super::memory::{self, IoVec};
-use super::{Fail, Stdio, Wasi};
+use super::{Cancel, Fail, Stdio, Wasi, PIECE_BYTES};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 
@@ -39,6 +41,42 @@ fn writable_file(entry: &mut Entry, seekable: bool) -> Result<&mut FileFd, Fail>
         Entry::Stdin | Entry::Stdout | Entry::Stderr if seekable => Err(Fail::Errno(ESPIPE)),
         _ => Err(Fail::Errno(EBADF)),
     }
+}
+
+/// Fills `buffer` with `read` (given each piece and the bytes read before it) a piece at a
+/// time, looking at `cancel` before each; a short read ends it. Returns the bytes read.
+fn read_pieces(
+    cancel: &Cancel,
+    buffer: &mut [u8],
+    mut read: impl FnMut(&mut [u8], u64) -> std::io::Result<usize>,
+) -> Result<usize, Fail> {
+    let mut done = 0;
+    for piece in buffer.chunks_mut(PIECE_BYTES) {
+        super::go_on(cancel)?;
+        let wanted = piece.len();
+        let read = read(piece, done as u64).map_err(io_fail)?;
+        done += read;
+        if read < wanted {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+/// Writes all of `bytes` with `write` (given each piece and the bytes written before it) a
+/// piece at a time, looking at `cancel` before each.
+fn write_pieces(
+    cancel: &Cancel,
+    bytes: &[u8],
+    mut write: impl FnMut(&[u8], u64) -> std::io::Result<()>,
+) -> Result<(), Fail> {
+    let mut done = 0u64;
+    for piece in bytes.chunks(PIECE_BYTES) {
+        super::go_on(cancel)?;
+        write(piece, done).map_err(io_fail)?;
+        done += piece.len() as u64;
+    }
+    Ok(())
 }
 
 impl<S: Stdio> Wasi<S> {
@@ -73,9 +111,10 @@ impl<S: Stdio> Wasi<S> {
                 let file = readable_file(entry, false)?;
                 for index in 0..count {
                     let IoVec { ptr, len } = memory::iovec(m, iovs, index)?;
-                    let read = (&file.file)
-                        .read(memory::bytes_mut(m, ptr, len)?)
-                        .map_err(io_fail)?;
+                    let buffer = memory::bytes_mut(m, ptr, len)?;
+                    let read = read_pieces(&self.cancel, buffer, |piece, _| {
+                        (&file.file).read(piece)
+                    })?;
                     total += read as u64;
                     if read < len as usize {
                         break;
@@ -122,9 +161,10 @@ impl<S: Stdio> Wasi<S> {
                 }
                 for index in 0..count {
                     let IoVec { ptr, len } = memory::iovec(m, iovs, index)?;
-                    (&file.file)
-                        .write_all(memory::bytes(m, ptr, len)?)
-                        .map_err(io_fail)?;
+                    let bytes = memory::bytes(m, ptr, len)?;
+                    write_pieces(&self.cancel, bytes, |piece, _| {
+                        (&file.file).write_all(piece)
+                    })?;
                 }
             }
         }
@@ -147,10 +187,10 @@ impl<S: Stdio> Wasi<S> {
         for index in 0..count {
             let IoVec { ptr, len } = memory::iovec(m, iovs, index)?;
             let buffer = memory::bytes_mut(m, ptr, len)?;
-            let read = file
-                .file
-                .read_at(buffer, offset.saturating_add(total))
-                .map_err(io_fail)?;
+            let at = offset.saturating_add(total);
+            let read = read_pieces(&self.cancel, buffer, |piece, done| {
+                file.file.read_at(piece, at.saturating_add(done))
+            })?;
             total += read as u64;
             if read < len as usize {
                 break;
@@ -183,9 +223,10 @@ impl<S: Stdio> Wasi<S> {
         let mut at = offset;
         for index in 0..count {
             let IoVec { ptr, len } = memory::iovec(m, iovs, index)?;
-            file.file
-                .write_all_at(memory::bytes(m, ptr, len)?, at)
-                .map_err(io_fail)?;
+            let bytes = memory::bytes(m, ptr, len)?;
+            write_pieces(&self.cancel, bytes, |piece, done| {
+                file.file.write_all_at(piece, at + done)
+            })?;
             at += u64::from(len);
         }
         memory::write_u32(m, nwritten_ptr, total as u32)
@@ -233,7 +274,7 @@ fn seekable_file(entry: &mut Entry, right: u64) -> Result<&mut FileFd, Fail> {
 mod tests {
     use super::super::errno::{EBADF, EDQUOT, EFAULT, ESPIPE};
     use super::super::testkit::{config, preopen, Guest, IOVEC_AT, RESULT_AT};
-    use super::super::WriteBudget;
+    use super::super::{WriteBudget, NODE_BYTES};
     use hako_engine_api::{Import, Stop};
     use std::sync::Arc;
 
@@ -281,12 +322,13 @@ mod tests {
     #[test]
     fn a_write_past_the_budget_is_edquot_and_writes_nothing() {
         let tmp = tempfile::tempdir().unwrap();
-        let budget = Arc::new(WriteBudget::new(8));
+        let budget = Arc::new(WriteBudget::new(NODE_BYTES + 8));
         let mut guest = Guest::new(config(
             vec![preopen("/volume/tmp", tmp.path(), false)],
             budget.clone(),
         ));
         let fd = guest.create(3, "big.bin").unwrap();
+        assert_eq!(budget.remaining(), 8);
         assert_eq!(guest.write(fd, b"0123456789").0, EDQUOT);
         assert_eq!(std::fs::read(tmp.path().join("big.bin")).unwrap(), b"");
         assert_eq!(budget.remaining(), 8);
@@ -297,13 +339,14 @@ mod tests {
     #[test]
     fn the_budget_is_shared_across_files() {
         let tmp = tempfile::tempdir().unwrap();
-        let budget = Arc::new(WriteBudget::new(10));
+        let budget = Arc::new(WriteBudget::new(2 * NODE_BYTES + 10));
         let mut guest = Guest::new(config(
             vec![preopen("/volume/tmp", tmp.path(), false)],
             budget.clone(),
         ));
         let first = guest.create(3, "a").unwrap();
         let second = guest.create(3, "b").unwrap();
+        assert_eq!(budget.remaining(), 10);
         assert_eq!(guest.write(first, b"123456"), (0, 6));
         assert_eq!(guest.write(second, b"12345").0, EDQUOT);
         assert_eq!(guest.write(second, b"1234"), (0, 4));

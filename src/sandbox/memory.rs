@@ -2,8 +2,8 @@
 //! the `iovec`/`ciovec` arrays of WASI preview 1. Every guest pointer goes through here, and
 //! every range outside memory is `EFAULT`. It does not know what the bytes mean.
 
-use super::error::errno::EFAULT;
-use super::Fail;
+use super::error::errno::{EFAULT, EINVAL};
+use super::{Fail, MAX_IOVECS};
 
 /// The byte range `ptr .. ptr + len`, or `EFAULT` when any part lies outside memory.
 pub fn range(memory: &[u8], ptr: u32, len: u32) -> Result<std::ops::Range<usize>, Fail> {
@@ -76,10 +76,13 @@ pub fn iovec(memory: &[u8], base: u32, index: u32) -> Result<IoVec, Fail> {
     })
 }
 
-/// Checks that an iovec array of `count` entries lies inside memory, and that every buffer it
-/// names does too, so that a faulty array is refused before anything is read or written.
-/// Returns the total length of the buffers.
+/// Checks that an iovec array of `count` entries (at most [`MAX_IOVECS`], `EINVAL` beyond)
+/// lies inside memory, and that every buffer it names does too, so that a faulty array is
+/// refused before anything is read or written. Returns the total length of the buffers.
 pub fn iovecs(memory: &[u8], base: u32, count: u32) -> Result<u64, Fail> {
+    if count > MAX_IOVECS {
+        return Err(Fail::Errno(EINVAL));
+    }
     let size = count.checked_mul(8).ok_or(Fail::Errno(EFAULT))?;
     range(memory, base, size)?;
     let mut total = 0u64;
@@ -125,5 +128,19 @@ mod tests {
         write_u32(&mut memory, 4, 40).unwrap();
         assert!(matches!(iovecs(&memory, 0, 1), Err(Fail::Errno(EFAULT))));
         assert!(matches!(iovecs(&memory, 60, 1), Err(Fail::Errno(EFAULT))));
+    }
+
+    #[test]
+    fn more_iovecs_than_iov_max_are_einval_before_any_is_read() {
+        let memory = vec![0u8; 16 * 1024];
+        assert_eq!(iovecs(&memory, 0, MAX_IOVECS).unwrap(), 0);
+        assert!(matches!(
+            iovecs(&memory, 0, MAX_IOVECS + 1),
+            Err(Fail::Errno(EINVAL))
+        ));
+        assert!(matches!(
+            iovecs(&memory, 0, u32::MAX),
+            Err(Fail::Errno(EINVAL))
+        ));
     }
 }

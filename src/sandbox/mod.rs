@@ -61,6 +61,33 @@ pub use budget::WriteBudget;
 pub use cancel::Cancel;
 pub use error::errno;
 
+/// The most bytes one piece of a host call's work moves (a file read or write, `random_get`)
+/// before the call looks at the cancel flag again: a guest can ask one host call to move
+/// gigabytes, and a call must still end soon after its time limit.
+pub const PIECE_BYTES: usize = 1 << 20;
+
+/// How many items of a host call's list (directory entries, `poll_oneoff` subscriptions) are
+/// handled before it looks at the cancel flag again.
+pub const PIECE_ITEMS: usize = 1024;
+
+/// The most `iovec`s one read or write takes (`IOV_MAX`, as wasi-libc and Linux have it):
+/// `EINVAL` beyond.
+pub const MAX_IOVECS: u32 = 1024;
+
+/// The longest path a guest may pass (`PATH_MAX`): `ENAMETOOLONG` beyond, before a byte of it
+/// is decoded.
+pub const MAX_PATH_BYTES: u32 = 4096;
+
+/// The most file descriptors a guest may hold open at once, streams and preopens included:
+/// each file or directory it opens holds one of the host process's, which every other call and
+/// the server's connections share. `EMFILE` beyond.
+pub const MAX_OPEN_FDS: usize = 128;
+
+/// What creating a file, directory or link costs from the write budget, whatever it holds: an
+/// empty file takes an inode and a directory entry of the host's disk, so that a guest cannot
+/// fill a volume with millions of empty files within any write budget.
+pub const NODE_BYTES: u64 = 4096;
+
 use fdtable::FdTable;
 use hako_engine_api::{Import, Stop};
 use std::sync::Arc;
@@ -176,7 +203,8 @@ impl<S: Stdio> Wasi<S> {
     pub fn call(&mut self, import: Import, args: &[u64], memory: &mut [u8]) -> Result<i32, Stop> {
         // Once the deadline has fired, the next host call ends the guest, whatever the import:
         // an engine's interrupt only stops guest code, and a guest may spend nearly all its
-        // time in host calls.
+        // time in host calls. A call whose work grows with what the guest asks looks again
+        // between its pieces ([`Wasi::go_on`]).
         if self.cancel.is_cancelled() {
             return Err(Stop::Abort);
         }
@@ -275,13 +303,30 @@ impl<S: Stdio> Wasi<S> {
             ProcExit => Err(Fail::Stop(Stop::Exit(a.u32(0)))),
             ProcRaise => Err(Fail::Errno(errno::ENOSYS)),
             SchedYield => Ok(()),
-            RandomGet => process::random_get(m, a.u32(0), a.u32(1)),
+            RandomGet => process::random_get(m, a.u32(0), a.u32(1), &self.cancel),
             SockAccept | SockRecv | SockSend | SockShutdown => {
                 self.fds.get(a.u32(0))?;
                 Err(Fail::Errno(errno::ENOTSOCK))
             }
             HttpRequest | HttpReadResponse => Err(Fail::Errno(errno::ENOSYS)),
         }
+    }
+}
+
+impl<S: Stdio> Wasi<S> {
+    /// Whether the call may go on with the next piece of a host call's work: `Err(Abort)` once
+    /// the cancel flag is set.
+    fn go_on(&self) -> Result<(), Fail> {
+        go_on(&self.cancel)
+    }
+}
+
+/// [`Wasi::go_on`] for work that holds only the cancel flag.
+fn go_on(cancel: &Cancel) -> Result<(), Fail> {
+    if cancel.is_cancelled() {
+        Err(Fail::Stop(Stop::Abort))
+    } else {
+        Ok(())
     }
 }
 

@@ -4,12 +4,14 @@
 //! read or write file contents (`io`) nor keep the fd table (`fdtable`).
 
 use super::abi::{self, fdflags, fstflags, oflags, rights, Filestat, SYMLINK_FOLLOW};
-use super::error::errno::{EILSEQ, EINVAL, EISDIR, ENOTCAPABLE, EPERM, EROFS};
+use super::error::errno::{
+    EDQUOT, EILSEQ, EINVAL, EISDIR, ENAMETOOLONG, ENOTCAPABLE, EPERM, EROFS,
+};
 use super::error::from_io;
 use super::fd::time_spec;
 use super::fdtable::{DirFd, Entry, FileFd};
 use super::memory;
-use super::{Fail, Stdio, Wasi};
+use super::{Fail, Stdio, Wasi, MAX_PATH_BYTES, NODE_BYTES};
 use cap_fs_ext::{
     DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeDirExt, OpenOptionsSyncExt,
 };
@@ -20,14 +22,33 @@ fn io_fail(error: std::io::Error) -> Fail {
     Fail::Errno(from_io(&error))
 }
 
-/// A guest path: UTF-8 (`EILSEQ` otherwise) without NUL (`EINVAL`), borrowed from memory.
+/// A guest path: at most [`MAX_PATH_BYTES`] (`ENAMETOOLONG`), UTF-8 (`EILSEQ` otherwise)
+/// without NUL (`EINVAL`), borrowed from memory.
 fn guest_path(m: &[u8], (ptr, len): (u32, u32)) -> Result<&Path, Fail> {
     let bytes = memory::bytes(m, ptr, len)?;
+    if len > MAX_PATH_BYTES {
+        return Err(Fail::Errno(ENAMETOOLONG));
+    }
     let text = std::str::from_utf8(bytes).map_err(|_| Fail::Errno(EILSEQ))?;
     if text.contains('\0') {
         return Err(Fail::Errno(EINVAL));
     }
     Ok(Path::new(text))
+}
+
+/// Makes a file, directory or link with `make`, charged to the write budget ([`NODE_BYTES`]):
+/// `EDQUOT` when it does not fit, the charge given back when `make` fails.
+fn make_node<T>(
+    budget: &super::WriteBudget,
+    make: impl FnOnce() -> std::io::Result<T>,
+) -> Result<T, Fail> {
+    if !budget.try_charge(NODE_BYTES) {
+        return Err(Fail::Errno(EDQUOT));
+    }
+    make().map_err(|error| {
+        budget.refund(NODE_BYTES);
+        io_fail(error)
+    })
 }
 
 /// A directory fd that may be changed beneath.
@@ -130,7 +151,12 @@ impl<S: Stdio> Wasi<S> {
                 .sync(request.fdflags & fdflags::SYNC != 0)
                 .dsync(request.fdflags & fdflags::DSYNC != 0)
                 .rsync(request.fdflags & fdflags::RSYNC != 0);
-            let file = dir.open_with(path, &options).map_err(io_fail)?;
+            // A file made here costs its node (an existing one opened with O_CREAT nothing).
+            let file = if creat && dir.symlink_metadata(path).is_err() {
+                make_node(&self.budget, || dir.open_with(path, &options))?
+            } else {
+                dir.open_with(path, &options).map_err(io_fail)?
+            };
             let meta = file.metadata().map_err(io_fail)?;
             if meta.is_dir() {
                 let opened = Dir::from_std_file(file.into_std());
@@ -166,7 +192,7 @@ impl<S: Stdio> Wasi<S> {
     ) -> Result<(), Fail> {
         let path = guest_path(m, (ptr, len))?;
         let dir = writable_dir(self.fds.dir_fd(fd)?)?;
-        dir.create_dir(path).map_err(io_fail)
+        make_node(&self.budget, || dir.create_dir(path))
     }
 
     pub(super) fn path_filestat_get(
@@ -227,10 +253,9 @@ impl<S: Stdio> Wasi<S> {
         }
         let old_path = guest_path(m, old_path)?;
         let new_path = guest_path(m, new_path)?;
+        let budget = std::sync::Arc::clone(&self.budget);
         let (old_dir, new_dir) = self.two_writable_dirs(old_fd, new_fd)?;
-        old_dir
-            .hard_link(old_path, new_dir, new_path)
-            .map_err(io_fail)
+        make_node(&budget, || old_dir.hard_link(old_path, new_dir, new_path))
     }
 
     pub(super) fn path_readlink(
@@ -294,7 +319,7 @@ impl<S: Stdio> Wasi<S> {
         let target = guest_path(m, target)?;
         let link = guest_path(m, link)?;
         let dir = writable_dir(self.fds.dir_fd(fd)?)?;
-        dir.symlink(target, link).map_err(io_fail)
+        make_node(&self.budget, || dir.symlink(target, link))
     }
 
     /// Both directories of a two-path change, opened, and both writable.

@@ -4,7 +4,7 @@
 
 use super::error::errno::{EFAULT, EINVAL, EIO};
 use super::memory;
-use super::Fail;
+use super::{Cancel, Fail, PIECE_BYTES};
 use rustix::time::{ClockId, Timespec};
 
 /// `args_sizes_get` / `environ_sizes_get`: the count, and the bytes of every string with its
@@ -79,9 +79,15 @@ pub fn clock_time_get(memory: &mut [u8], id: u32, ptr: u32) -> Result<(), Fail> 
     memory::write_u64(memory, ptr, time)
 }
 
-pub fn random_get(memory: &mut [u8], ptr: u32, len: u32) -> Result<(), Fail> {
+/// Fills the buffer a piece at a time, looking at `cancel` before each: a guest may ask for
+/// gigabytes at once, which takes the kernel seconds.
+pub fn random_get(memory: &mut [u8], ptr: u32, len: u32, cancel: &Cancel) -> Result<(), Fail> {
     let buffer = memory::bytes_mut(memory, ptr, len)?;
-    getrandom::fill(buffer).map_err(|_| Fail::Errno(EIO))
+    for piece in buffer.chunks_mut(PIECE_BYTES) {
+        super::go_on(cancel)?;
+        getrandom::fill(piece).map_err(|_| Fail::Errno(EIO))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -139,9 +145,26 @@ mod tests {
 
     #[test]
     fn random_bytes_fill_the_buffer() {
+        let cancel = Cancel::new();
         let mut memory = vec![0u8; 64];
-        random_get(&mut memory, 0, 64).unwrap();
+        random_get(&mut memory, 0, 64, &cancel).unwrap();
         assert!(memory.iter().any(|&byte| byte != 0));
-        assert_eq!(random_get(&mut memory, 60, 8), Err(Fail::Errno(EFAULT)));
+        assert_eq!(
+            random_get(&mut memory, 60, 8, &cancel),
+            Err(Fail::Errno(EFAULT))
+        );
+    }
+
+    #[test]
+    fn a_cancelled_random_get_stops_between_pieces() {
+        let cancel = Cancel::new();
+        let mut memory = vec![0u8; 3 * PIECE_BYTES];
+        let len = memory.len() as u32;
+        cancel.cancel();
+        assert_eq!(
+            random_get(&mut memory, 0, len, &cancel),
+            Err(Fail::Stop(hako_engine_api::Stop::Abort))
+        );
+        assert!(memory.iter().all(|&byte| byte == 0));
     }
 }

@@ -165,6 +165,9 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
             Err(UploadError::Refused(refusal)) => Err(UploadFailure::Refused(json!([
                 {"rule": "discovery", "message": refusal.to_string()}
             ]))),
+            Err(err) if err.compile_rule().is_some() => Err(UploadFailure::Refused(json!([
+                {"rule": err.compile_rule(), "message": crate::error_chain(&err)}
+            ]))),
             Err(err) if err.is_refusal() => Err(UploadFailure::Refused(refused_version(&err))),
             Err(err) => Err(internal(&err)),
         }

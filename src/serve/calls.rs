@@ -292,6 +292,9 @@ impl LimitCaps {
             timeout: Limits::CALL.timeout.min(self.max.timeout),
             max_memory_bytes: Limits::CALL.max_memory_bytes.min(self.max.max_memory_bytes),
             write_budget: Limits::CALL.write_budget.min(self.max.write_budget),
+            max_table_elements: Limits::CALL
+                .max_table_elements
+                .min(self.max.max_table_elements),
         }
     }
 
@@ -415,6 +418,7 @@ mod tests {
                 timeout: Duration::from_secs(2),
                 max_memory_bytes: 32 << 20,
                 write_budget: 0,
+                max_table_elements: 1024,
             },
         };
         assert_eq!(caps.defaults(), caps.max);

@@ -37,6 +37,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
+use crate::compile::CompileBounds;
 use crate::engines::EngineConfig;
 use crate::http::{Policy, PolicyError};
 use crate::store::{Store, StoreError};
@@ -84,6 +85,8 @@ pub struct ServeConfig {
     pub max_connections: Option<usize>,
     /// The bucket the store (then a cache folder) follows, if any.
     pub follow: Option<follow::FollowConfig>,
+    /// The bounds of every compile (uploads, and calls that find no artifact).
+    pub compile: CompileBounds,
 }
 
 impl ServeConfig {
@@ -107,6 +110,7 @@ impl ServeConfig {
             keepalive: Duration::from_secs(15),
             drain: Duration::from_secs(45),
             caps: calls::LimitCaps::default(),
+            compile: CompileBounds::DEFAULT,
             body_timeout: Duration::from_secs(30),
             max_upload_in_flight: 256 * 1024 * 1024,
             idle_timeout: Duration::from_secs(30),
@@ -204,7 +208,8 @@ impl Drop for Reserved<'_> {
 const GUEST_STACK_BYTES: usize = 8 * 1024 * 1024;
 
 fn calls(config: &ServeConfig) -> Result<Arc<Calls>, ServeError> {
-    let store = Store::open(&config.store)?;
+    let mut store = Store::open(&config.store)?;
+    store.set_compile_bounds(config.compile);
     // The lease is taken now, so that what a killed server left in the staging folder is swept
     // at start, not at the first upload.
     store.staging()?;

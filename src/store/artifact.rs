@@ -39,7 +39,9 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use hako_engine_api::{ArtifactFile, Engine, EngineIdentity, ImageRegion, Module, IMAGE_ALIGN};
+use hako_engine_api::{
+    ArtifactFile, Engine, EngineIdentity, ImageRegion, Module, Serialized, IMAGE_ALIGN,
+};
 use serde::{Deserialize, Serialize};
 
 use super::sha256_hex;
@@ -153,6 +155,9 @@ pub enum ArtifactError {
     CannotCompile { config: String, compiler: String },
     #[error(transparent)]
     Engine(#[from] hako_engine_api::EngineError),
+    /// A compile on a cache miss failed or ran past its bounds.
+    #[error(transparent)]
+    Compile(#[from] crate::compile::CompileError),
 }
 
 /// What [`ArtifactCache::write`] wrote.
@@ -225,7 +230,16 @@ impl ArtifactCache {
 
     /// Writes `module`'s artifact for `key`, atomically.
     pub fn write(&self, key: &ArtifactKey, module: &dyn Module) -> Result<Written, ArtifactError> {
-        let serialized = module.serialize()?;
+        self.write_serialized(key, module.serialize()?)
+    }
+
+    /// Writes the artifact for `key` of what an engine serialized (here, or in a compile
+    /// worker), atomically.
+    pub fn write_serialized(
+        &self,
+        key: &ArtifactKey,
+        serialized: Serialized,
+    ) -> Result<Written, ArtifactError> {
         let memory_init = serialized.memory_init.clone();
         let bytes = encode(key, serialized);
         let path = self.path(key);

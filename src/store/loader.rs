@@ -94,8 +94,10 @@ impl Store {
                         found,
                     });
                 }
-                let module = engine.compile(spec.wasm)?;
-                self.artifacts().write(&key, module.as_ref())?;
+                let serialized =
+                    crate::compile::compile(config, None, spec.wasm, self.compile_bounds())?;
+                self.artifacts().write_serialized(&key, serialized)?;
+                let module = self.load_stored(&key, engine.as_ref())?;
                 notes.push(format!(
                     "no cached artifact for {config}: compiled the module now"
                 ));
@@ -114,6 +116,20 @@ impl Store {
             load_us: started.elapsed().as_micros() as u64,
             notes,
         })
+    }
+
+    /// The artifact for `key`, just written here, loaded with `engine`.
+    pub fn load_stored(
+        &self,
+        key: &ArtifactKey,
+        engine: &dyn Engine,
+    ) -> Result<Arc<dyn Module>, ArtifactError> {
+        self.artifacts()
+            .load(key, engine)?
+            .ok_or_else(|| ArtifactError::Refused {
+                path: self.artifacts().path(key),
+                reason: "the artifact just written is gone".into(),
+            })
     }
 
     /// The artifact for `key`, loaded with `engine`; `None` when there is none or it was

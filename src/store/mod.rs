@@ -39,6 +39,7 @@ pub use loader::{Loaded, ModuleSpec, Source};
 pub use modules::ModuleCache;
 pub use staging::Staging;
 
+use crate::compile::CompileBounds;
 use crate::package::manifest::is_valid_version;
 use crate::package::tools::Tool;
 use crate::package::Package;
@@ -180,6 +181,8 @@ pub struct Store {
     root: PathBuf,
     artifacts: ArtifactCache,
     staging: Arc<Staging>,
+    /// What bounds a compile made for this store (an upload's, or a call's on a cache miss).
+    compile_bounds: CompileBounds,
 }
 
 /// What [`Store::put`] did.
@@ -222,7 +225,18 @@ impl Store {
             root,
             artifacts,
             staging,
+            compile_bounds: CompileBounds::DEFAULT,
         })
+    }
+
+    /// Compiles within `bounds` from now on.
+    pub fn set_compile_bounds(&mut self, bounds: CompileBounds) {
+        self.compile_bounds = bounds;
+    }
+
+    /// What bounds a compile made for this store.
+    pub fn compile_bounds(&self) -> CompileBounds {
+        self.compile_bounds
     }
 
     pub fn root(&self) -> &Path {

@@ -61,10 +61,38 @@ pub trait Watchdog {
 }
 
 /// Limits an engine enforces itself while it runs a module.
+///
+/// Tables count against the memory cap: each table the module defines reserves
+/// [`TABLE_ELEMENT_BYTES`] for every element it may ever hold (its declared maximum, or
+/// `max_table_elements` when it declares none or a larger one) when the instance is made, and
+/// the linear memory may grow only into what the reservations leave of `max_memory_bytes`. An
+/// instance whose initial memory and reservations do not fit is refused as out of memory, as is
+/// a table whose minimum is above `max_table_elements`; `table.grow` past a table's bound
+/// answers -1. Every engine counts the same way, so a guest meets the same bounds on each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunLimits {
-    /// The most linear memory the guest may have, in bytes (a multiple of 64 KiB).
+    /// The most linear memory the guest may have, in bytes (a multiple of 64 KiB), tables'
+    /// reservations included.
     pub max_memory_bytes: u64,
+    /// The most elements any one table may hold (at most [`MAX_TABLE_ELEMENTS`]).
+    pub max_table_elements: u32,
+}
+
+/// The most elements a table may ever hold on any engine, and the default bound of a run: the
+/// bound the module check refuses a larger declared minimum against.
+pub const MAX_TABLE_ELEMENTS: u32 = 65_536;
+
+/// What one table element counts against the memory cap: a reference, as both engines store it.
+pub const TABLE_ELEMENT_BYTES: u64 = 8;
+
+impl RunLimits {
+    /// The bytes a table reserves against the memory cap: its bound (its declared `maximum`,
+    /// or this run's table bound when that is lower or it declares none) times
+    /// [`TABLE_ELEMENT_BYTES`].
+    pub fn table_reservation(&self, maximum: Option<u64>) -> u64 {
+        let bound = u64::from(self.max_table_elements);
+        maximum.map_or(bound, |maximum| maximum.min(bound)) * TABLE_ELEMENT_BYTES
+    }
 }
 
 /// How a run ended, as far as the engine can tell.

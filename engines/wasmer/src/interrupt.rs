@@ -230,6 +230,7 @@ mod tests {
         .unwrap();
         let limits = RunLimits {
             max_memory_bytes: 64 << 20,
+            max_table_elements: hako_engine_api::MAX_TABLE_ELEMENTS,
         };
         for compiler in Compiler::ALL.into_iter().filter(|c| c.available()) {
             let engine = WasmerEngine::new(compiler, None).unwrap();

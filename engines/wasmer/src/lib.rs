@@ -522,15 +522,16 @@ impl WasmerModule {
             Ok(imports) => imports,
             Err(message) => return RunExit::Instantiate(message),
         };
-        let cap = CapScope::enter(limits.max_memory_bytes, self.image.clone());
+        let cap = CapScope::enter(limits, self.image.clone());
         // No guest code runs here: the checks took the start function out of instantiation
         // (and the engine identity keeps code without them from being loaded).
         let instance = match Instance::new_by_index(store, &self.module, &imports) {
             Ok(instance) => instance,
             Err(error) if cap.refused() => {
                 return RunExit::OutOfMemory(format!(
-                    "the module's initial memory is above the cap of {} bytes: {error}",
-                    limits.max_memory_bytes
+                    "the module's initial memory and tables are above the cap of {} bytes \
+                     (or a table above the bound of {} elements): {error}",
+                    limits.max_memory_bytes, limits.max_table_elements
                 ))
             }
             // A segment out of bounds traps while the instance is made: the guest's trap, as

@@ -1,18 +1,25 @@
 //! The memory cap: tunables that clamp every linear memory's maximum to the running call's
-//! cap, and remember when a guest was refused memory, so a trap that follows a refused
-//! `memory.grow` is reported as running out of memory rather than as a plain trap.
+//! cap and every table's to the run's table bound, count the tables' reservations against the
+//! cap (see [`hako_engine_api::RunLimits`]), and remember when a guest was refused memory, so a
+//! trap that follows a refused `memory.grow` is reported as running out of memory rather than
+//! as a plain trap.
 //!
 //! The cap belongs to a call, but tunables belong to the engine; the link between them is a
 //! thread-local set by [`CapScope`] for the duration of one run on the run's own thread (a
 //! store never leaves the thread it runs on). The same scope carries the module's memory image
 //! ([`crate::image`]) to the first memory the run's instance makes (ABI 1 modules have one).
 //! Memories live in [`crate::pool`]'s reused slots. This file does not decide what the cap is.
+//!
+//! wasmer 7.4's own `VMTable::grow` checks nothing but a declared maximum, and a table that
+//! declares none would grow until the allocator aborts the process: the bound here is what
+//! stops `table.grow` (it answers -1 past it).
 
 use std::cell::RefCell;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use hako_engine_api::RunLimits;
 use wasmer::sys::{BaseTunables, Tunables};
 use wasmer::{MemoryType, Pages, TableType};
 use wasmer_types::{MemoryError, MemoryStyle, TableStyle};
@@ -21,11 +28,92 @@ use wasmer_vm::{LinearMemory, Trap, VMMemory, VMMemoryDefinition, VMTable, VMTab
 use crate::image::Image;
 use crate::pool::PooledMemory;
 
+/// What one run may use of its memory cap and has used, shared by its linear memory and its
+/// tables, and whether the guest was ever refused.
+#[derive(Debug)]
+pub(crate) struct Usage {
+    cap_bytes: u64,
+    max_table_elements: u32,
+    refused: AtomicBool,
+    /// The linear memory's current size.
+    memory_bytes: AtomicU64,
+    /// What the tables made so far reserve.
+    table_bytes: AtomicU64,
+}
+
+impl Usage {
+    pub(crate) fn new(limits: RunLimits) -> Self {
+        Self {
+            cap_bytes: limits.max_memory_bytes,
+            max_table_elements: limits.max_table_elements,
+            refused: AtomicBool::new(false),
+            memory_bytes: AtomicU64::new(0),
+            table_bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// Records that the guest was refused memory (or a table).
+    pub(crate) fn refuse(&self) {
+        self.refused.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn refused(&self) -> bool {
+        self.refused.load(Ordering::Acquire)
+    }
+
+    /// Whether a linear memory of `bytes` fits beside the tables' reservations; when it does,
+    /// it is the memory's size from now on. A refusal is recorded.
+    pub(crate) fn memory_fits(&self, bytes: u64) -> bool {
+        let fits = bytes.saturating_add(self.table_bytes.load(Ordering::Acquire)) <= self.cap_bytes;
+        if fits {
+            self.memory_bytes.store(bytes, Ordering::Release);
+        } else {
+            self.refuse();
+        }
+        fits
+    }
+
+    /// The table type a run may have: its maximum lowered to the table bound, its elements
+    /// reserved against the cap. `Err` (recorded as a refusal) when its minimum is above the
+    /// bound or the reservation does not fit beside the memory and the other tables.
+    fn table(&self, ty: &TableType) -> Result<TableType, String> {
+        let bound = self.max_table_elements;
+        if ty.minimum > bound {
+            self.refuse();
+            return Err(format!(
+                "a table of at least {} elements is above this run's bound of {bound} elements",
+                ty.minimum
+            ));
+        }
+        let limits = RunLimits {
+            max_memory_bytes: self.cap_bytes,
+            max_table_elements: bound,
+        };
+        let reservation = limits.table_reservation(ty.maximum.map(u64::from));
+        let reserved = self.table_bytes.load(Ordering::Acquire) + reservation;
+        if self.memory_bytes.load(Ordering::Acquire) + reserved > self.cap_bytes {
+            self.refuse();
+            return Err(format!(
+                "the module's memory and tables together are above the cap of {} bytes \
+                 (a table of up to {} elements reserves {reservation} bytes)",
+                self.cap_bytes,
+                reservation / hako_engine_api::TABLE_ELEMENT_BYTES
+            ));
+        }
+        self.table_bytes.store(reserved, Ordering::Release);
+        let maximum = ty.maximum.map_or(bound, |maximum| maximum.min(bound));
+        Ok(TableType {
+            maximum: Some(maximum),
+            ..*ty
+        })
+    }
+}
+
 /// What the running call allows, and what happened to it.
 #[derive(Debug, Clone)]
 struct CapState {
     max_pages: u32,
-    refused: Arc<AtomicBool>,
+    usage: Arc<Usage>,
     /// The image for the instance's memory, taken by the first memory made.
     image: Option<Arc<Image>>,
 }
@@ -36,27 +124,28 @@ thread_local! {
 
 /// Sets the cap for runs on this thread until dropped.
 pub(crate) struct CapScope {
-    refused: Arc<AtomicBool>,
+    usage: Arc<Usage>,
 }
 
 impl CapScope {
     /// `image` goes to the first memory the instance makes.
-    pub(crate) fn enter(max_memory_bytes: u64, image: Option<Arc<Image>>) -> Self {
-        let max_pages = (max_memory_bytes / wasmer::WASM_PAGE_SIZE as u64).min(65_536) as u32;
-        let refused = Arc::new(AtomicBool::new(false));
+    pub(crate) fn enter(limits: RunLimits, image: Option<Arc<Image>>) -> Self {
+        let max_pages =
+            (limits.max_memory_bytes / wasmer::WASM_PAGE_SIZE as u64).min(65_536) as u32;
+        let usage = Arc::new(Usage::new(limits));
         CURRENT.with(|current| {
             *current.borrow_mut() = Some(CapState {
                 max_pages,
-                refused: Arc::clone(&refused),
+                usage: Arc::clone(&usage),
                 image,
             })
         });
-        Self { refused }
+        Self { usage }
     }
 
     /// Whether the guest was refused memory because of the cap during this scope.
     pub(crate) fn refused(&self) -> bool {
-        self.refused.load(Ordering::Acquire)
+        self.usage.refused()
     }
 }
 
@@ -87,8 +176,9 @@ impl CappedTunables {
         }) else {
             return Ok((*ty, None));
         };
-        if ty.minimum.0 > state.max_pages {
-            state.refused.store(true, Ordering::Release);
+        if ty.minimum.0 > state.max_pages || !state.usage.memory_fits(ty.minimum.bytes().0 as u64)
+        {
+            state.usage.refuse();
             return Err(MemoryError::MinimumMemoryTooLarge {
                 min_requested: ty.minimum,
                 max_allowed: Pages(state.max_pages),
@@ -99,6 +189,15 @@ impl CappedTunables {
             .map_or(state.max_pages, |max| max.0.min(state.max_pages));
         let clamped = MemoryType::new(ty.minimum, Some(Pages(maximum)), ty.shared);
         Ok((clamped, Some(state)))
+    }
+
+    /// The table type a run may have (see [`Usage::table`]); outside a run, the type as is.
+    fn clamp_table(ty: &TableType) -> Result<TableType, String> {
+        let usage = CURRENT.with(|current| current.borrow().as_ref().map(|s| Arc::clone(&s.usage)));
+        match usage {
+            Some(usage) => usage.table(ty),
+            None => Ok(*ty),
+        }
     }
 }
 
@@ -120,7 +219,7 @@ impl Tunables for CappedTunables {
         if *style == MemoryStyle::Static && !ty.shared {
             // SAFETY: without a location the memory owns its definition. A host memory is no
             // instance's: it gets no image.
-            let memory = unsafe { PooledMemory::new(&ty, None, state.map(|s| s.refused), None)? };
+            let memory = unsafe { PooledMemory::new(&ty, None, state.map(|s| s.usage), None)? };
             return Ok(VMMemory(Box::new(memory)));
         }
         let memory = self.base.create_host_memory(&ty, style)?;
@@ -143,7 +242,7 @@ impl Tunables for CappedTunables {
                 PooledMemory::new(
                     &ty,
                     Some(vm_definition_location),
-                    state.map(|s| s.refused),
+                    state.map(|s| s.usage),
                     image,
                 )?
             };
@@ -166,7 +265,7 @@ impl Tunables for CappedTunables {
     }
 
     fn create_host_table(&self, ty: &TableType, style: &TableStyle) -> Result<VMTable, String> {
-        self.base.create_host_table(ty, style)
+        self.base.create_host_table(&Self::clamp_table(ty)?, style)
     }
 
     unsafe fn create_vm_table(
@@ -175,8 +274,10 @@ impl Tunables for CappedTunables {
         style: &TableStyle,
         vm_definition_location: NonNull<VMTableDefinition>,
     ) -> Result<VMTable, String> {
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { self.base.create_vm_table(ty, style, vm_definition_location) }
+        let ty = Self::clamp_table(ty)?;
+        // SAFETY: the caller's contract is passed on unchanged; only the table type's maximum
+        // was lowered.
+        unsafe { self.base.create_vm_table(&ty, style, vm_definition_location) }
     }
 }
 
@@ -184,17 +285,18 @@ fn watch(memory: VMMemory, state: Option<CapState>) -> VMMemory {
     match state {
         Some(state) => VMMemory(Box::new(WatchedMemory {
             inner: memory.0,
-            refused: state.refused,
+            usage: state.usage,
         })),
         None => memory,
     }
 }
 
-/// A linear memory that records a refused grow; everything else is the inner memory's.
+/// A linear memory that counts its grows against the cap and records a refused one;
+/// everything else is the inner memory's.
 #[derive(Debug)]
 struct WatchedMemory {
     inner: Box<dyn LinearMemory + Send + Sync + 'static>,
-    refused: Arc<AtomicBool>,
+    usage: Arc<Usage>,
 }
 
 impl LinearMemory for WatchedMemory {
@@ -211,9 +313,20 @@ impl LinearMemory for WatchedMemory {
     }
 
     fn grow(&mut self, delta: Pages) -> Result<Pages, MemoryError> {
+        let current = self.inner.size();
+        let fits = current
+            .checked_add(delta)
+            .is_some_and(|size| self.usage.memory_fits(size.bytes().0 as u64));
+        if !fits {
+            self.usage.refuse();
+            return Err(MemoryError::CouldNotGrow {
+                current,
+                attempted_delta: delta,
+            });
+        }
         let grown = self.inner.grow(delta);
         if grown.is_err() {
-            self.refused.store(true, Ordering::Release);
+            self.usage.refuse();
         }
         grown
     }

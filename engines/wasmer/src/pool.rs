@@ -42,7 +42,6 @@ use std::cell::UnsafeCell;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use wasmer::{MemoryType, Pages};
@@ -50,6 +49,7 @@ use wasmer_types::{MemoryError, MemoryStyle, WASM_PAGE_SIZE};
 use wasmer_vm::{LinearMemory, VMMemoryDefinition};
 
 use crate::image::Image;
+use crate::memory::Usage;
 
 /// Slots kept idle for reuse; more are unmapped when released.
 const MAX_IDLE: usize = 64;
@@ -556,13 +556,14 @@ impl Definition {
     }
 }
 
-/// A linear memory in a pooled slot, which records when a grow is refused.
+/// A linear memory in a pooled slot, which counts its grows against the run's cap and records
+/// when one is refused.
 pub(crate) struct PooledMemory {
     slot: Option<Slot>,
     definition: Definition,
     ty: MemoryType,
     size: Pages,
-    refused: Option<Arc<AtomicBool>>,
+    usage: Option<Arc<Usage>>,
 }
 
 // SAFETY: the memory owns its slot and its definition (or the instance owns the definition and
@@ -583,7 +584,7 @@ impl std::fmt::Debug for PooledMemory {
 
 impl PooledMemory {
     /// A memory of type `ty` in a pooled slot, its definition written at `location` (or owned
-    /// when `None`). `refused` is set when a grow is refused.
+    /// when `None`). Grows are counted in `usage`, which records a refused one.
     ///
     /// # Safety
     /// `location`, when given, must point to a valid memory definition that outlives the memory.
@@ -591,7 +592,7 @@ impl PooledMemory {
     pub(crate) unsafe fn new(
         ty: &MemoryType,
         location: Option<NonNull<VMMemoryDefinition>>,
-        refused: Option<Arc<AtomicBool>>,
+        usage: Option<Arc<Usage>>,
         image: Option<Arc<Image>>,
     ) -> Result<Self, MemoryError> {
         if ty.minimum > Pages::max_value() {
@@ -639,13 +640,13 @@ impl PooledMemory {
             definition,
             ty: *ty,
             size: ty.minimum,
-            refused,
+            usage,
         })
     }
 
     fn refuse(&self, delta: Pages) -> MemoryError {
-        if let Some(refused) = &self.refused {
-            refused.store(true, Ordering::Release);
+        if let Some(usage) = &self.usage {
+            usage.refuse();
         }
         MemoryError::CouldNotGrow {
             current: self.size,
@@ -675,7 +676,9 @@ impl LinearMemory for PooledMemory {
             return Err(self.refuse(delta));
         };
         let maximum = self.ty.maximum.unwrap_or(Pages::max_value());
-        if new_size > maximum || new_size > Pages::max_value() {
+        let fits = |usage: &Arc<Usage>| usage.memory_fits(new_size.bytes().0 as u64);
+        if new_size > maximum || new_size > Pages::max_value() || !self.usage.as_ref().is_none_or(fits)
+        {
             return Err(self.refuse(delta));
         }
         let bytes = new_size.bytes().0;
@@ -953,14 +956,17 @@ mod tests {
     #[test]
     fn growing_past_the_maximum_is_refused_and_recorded() {
         let ty = MemoryType::new(Pages(1), Some(Pages(2)), false);
-        let refused = Arc::new(AtomicBool::new(false));
+        let usage = Arc::new(Usage::new(hako_engine_api::RunLimits {
+            max_memory_bytes: 4 * WASM_PAGE_SIZE as u64,
+            max_table_elements: 16,
+        }));
         // SAFETY: no instance: the memory owns its definition.
         let mut memory =
-            unsafe { PooledMemory::new(&ty, None, Some(Arc::clone(&refused)), None) }.unwrap();
+            unsafe { PooledMemory::new(&ty, None, Some(Arc::clone(&usage)), None) }.unwrap();
         assert_eq!(memory.grow(Pages(1)).unwrap(), Pages(1));
-        assert!(!refused.load(Ordering::Acquire));
+        assert!(!usage.refused());
         assert!(memory.grow(Pages(1)).is_err());
-        assert!(refused.load(Ordering::Acquire));
+        assert!(usage.refused());
         assert_eq!(memory.size(), Pages(2));
         assert_eq!(bytes(&mut memory).len(), 2 * WASM_PAGE_SIZE);
     }

@@ -39,9 +39,10 @@ pub const WASMTIME_VERSION: &str = "48.0.0";
 /// The stack guest code may use, as on wasmer (1 MiB); host calls run on the same thread.
 const GUEST_STACK_BYTES: usize = 1024 * 1024;
 
-/// The most elements a table may have (a module's function-pointer table): wasmtime's
-/// default of 20,000 is below what large programs use.
-const TABLE_ELEMENTS: usize = 65_536;
+/// The most elements a table may have (a module's function-pointer table): the bound of every
+/// engine (wasmtime's default of 20,000 is below what large programs use). A run's own bound,
+/// which may be lower, is the limiter's.
+const TABLE_ELEMENTS: usize = hako_engine_api::MAX_TABLE_ELEMENTS as usize;
 
 /// How many tables one instance may define: reference types allow more than one.
 const TABLES_PER_MODULE: u32 = 4;

@@ -17,28 +17,45 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use hako_engine_api::Interrupt;
+use hako_engine_api::{Interrupt, RunLimits};
 use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 
-/// The memory cap of one run, and whether it ever refused the guest.
+/// The memory cap of one run with its tables' reservations (see [`RunLimits`]), and whether
+/// it ever refused the guest.
 #[derive(Debug)]
 pub(crate) struct MemoryCap {
-    max_bytes: usize,
+    limits: RunLimits,
     refused: bool,
+    /// The linear memory's current size.
+    memory_bytes: u64,
+    /// What the tables made so far reserve.
+    table_bytes: u64,
+    /// How many of the module's own tables are still to be made: wasmtime asks the limiter
+    /// about each as it makes the instance (from 0 to its minimum), before any other grow.
+    tables_to_make: u32,
 }
 
 impl MemoryCap {
-    pub(crate) fn new(max_memory_bytes: u64) -> Self {
+    /// The cap of a run under `limits` of a module that defines `tables` tables.
+    pub(crate) fn new(limits: RunLimits, tables: u32) -> Self {
         Self {
-            max_bytes: usize::try_from(max_memory_bytes).unwrap_or(usize::MAX),
+            limits,
             refused: false,
+            memory_bytes: 0,
+            table_bytes: 0,
+            tables_to_make: tables,
         }
     }
 
     /// Whether the guest was refused memory during this run: a grow past the cap, a grow the
-    /// memory itself could not make, or an initial memory above the cap.
+    /// memory itself could not make, an initial memory above the cap, or a table that could
+    /// not be made.
     pub(crate) fn refused(&self) -> bool {
         self.refused
+    }
+
+    fn cap_bytes(&self) -> usize {
+        usize::try_from(self.limits.max_memory_bytes).unwrap_or(usize::MAX)
     }
 }
 
@@ -49,8 +66,11 @@ impl ResourceLimiter for MemoryCap {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        let allowed = desired <= self.max_bytes;
-        if !allowed {
+        let tables = usize::try_from(self.table_bytes).unwrap_or(usize::MAX);
+        let allowed = desired.saturating_add(tables) <= self.cap_bytes();
+        if allowed {
+            self.memory_bytes = desired as u64;
+        } else {
             self.refused = true;
         }
         Ok(allowed)
@@ -66,10 +86,30 @@ impl ResourceLimiter for MemoryCap {
     fn table_growing(
         &mut self,
         _current: usize,
-        _desired: usize,
-        _maximum: Option<usize>,
+        desired: usize,
+        maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(true)
+        let bound = self.limits.max_table_elements as usize;
+        if self.tables_to_make > 0 {
+            // A table being made: its minimum must be within the bound and its reservation
+            // must fit beside the memory and the tables made before it.
+            self.tables_to_make -= 1;
+            let reservation = self
+                .limits
+                .table_reservation(maximum.map(|maximum| maximum as u64));
+            let reserved = self.table_bytes + reservation;
+            let fits = desired <= bound
+                && self.memory_bytes + reserved <= self.limits.max_memory_bytes;
+            if !fits {
+                self.refused = true;
+                return Ok(false);
+            }
+            self.table_bytes = reserved;
+            return Ok(true);
+        }
+        // A `table.grow`: past the bound it answers -1, as past a declared maximum, and the
+        // memory cap is not involved (the table reserved its bound when it was made).
+        Ok(desired <= bound)
     }
 }
 
@@ -114,7 +154,7 @@ mod tests {
 
     #[test]
     fn growing_past_the_cap_is_refused_and_remembered() {
-        let mut cap = MemoryCap::new(2 * 65_536);
+        let mut cap = MemoryCap::new(limits(2 * 65_536, 16), 0);
         assert!(cap.memory_growing(0, 65_536, None).unwrap());
         assert!(!cap.refused());
         assert!(cap.memory_growing(65_536, 2 * 65_536, None).unwrap());
@@ -124,9 +164,43 @@ mod tests {
 
     #[test]
     fn a_failed_grow_counts_as_refused() {
-        let mut cap = MemoryCap::new(u64::MAX);
+        let mut cap = MemoryCap::new(limits(u64::MAX, 16), 0);
         cap.memory_grow_failed(wasmtime::Error::msg("no room"))
             .unwrap();
+        assert!(cap.refused());
+    }
+
+    fn limits(max_memory_bytes: u64, max_table_elements: u32) -> RunLimits {
+        RunLimits {
+            max_memory_bytes,
+            max_table_elements,
+        }
+    }
+
+    #[test]
+    fn a_table_reserves_its_bound_and_grows_no_further() {
+        // 64 KiB of cap: one page of memory, then a table without a maximum reserves its
+        // bound of 1,024 elements (8 KiB).
+        let mut cap = MemoryCap::new(limits(65_536 + 8 * 1024, 1024), 1);
+        assert!(cap.memory_growing(0, 65_536, None).unwrap());
+        assert!(cap.table_growing(0, 10, None).unwrap());
+        assert!(cap.table_growing(10, 1024, None).unwrap());
+        assert!(!cap.table_growing(1024, 1025, None).unwrap());
+        // A refused table.grow is no refused memory: the trap after it stays a trap.
+        assert!(!cap.refused());
+        // The memory may not grow into the tables' reservation.
+        assert!(!cap.memory_growing(65_536, 2 * 65_536, None).unwrap());
+        assert!(cap.refused());
+    }
+
+    #[test]
+    fn a_table_whose_minimum_or_reservation_does_not_fit_is_refused() {
+        let mut cap = MemoryCap::new(limits(1 << 20, 1024), 1);
+        assert!(!cap.table_growing(0, 1025, None).unwrap());
+        assert!(cap.refused());
+        let mut cap = MemoryCap::new(limits(65_536, 1024), 1);
+        assert!(cap.memory_growing(0, 65_536, None).unwrap());
+        assert!(!cap.table_growing(0, 1, Some(1)).unwrap());
         assert!(cap.refused());
     }
 }

@@ -199,7 +199,13 @@ mod tests {
             RunState {
                 host: None,
                 memory: None,
-                cap: MemoryCap::new(0),
+                cap: MemoryCap::new(
+                    hako_engine_api::RunLimits {
+                        max_memory_bytes: 0,
+                        max_table_elements: 0,
+                    },
+                    0,
+                ),
             },
         );
         let same = |ours: &[ValType], theirs: Vec<WasmType>| {

@@ -51,6 +51,8 @@ impl Module for ForeignModule {
 /// A module compiled for this machine, its imports already resolved.
 pub(crate) struct NativeModule {
     module: wasmtime::Module,
+    /// How many tables the module defines (each reserves its bound against the memory cap).
+    tables: u32,
     /// The module ready to instantiate, or why it cannot be (reported by every run).
     pre: Result<InstancePre<RunState>, String>,
     pool: PoolConfig,
@@ -59,7 +61,13 @@ pub(crate) struct NativeModule {
 impl NativeModule {
     pub(crate) fn new(module: wasmtime::Module, pool: PoolConfig) -> Self {
         let pre = link::instance_pre(module.engine(), &module);
-        Self { module, pre, pool }
+        let tables = module.resources_required().num_tables;
+        Self {
+            module,
+            tables,
+            pre,
+            pool,
+        }
     }
 
     fn instantiate_and_start(
@@ -113,8 +121,10 @@ impl NativeModule {
         }
         if refused {
             return RunExit::OutOfMemory(format!(
-                "the module's initial memory is above the cap of {} bytes: {}",
+                "the module's initial memory and tables are above the cap of {} bytes \
+                 (or a table above the bound of {} elements): {}",
                 limits.max_memory_bytes,
+                limits.max_table_elements,
                 describe(&error)
             ));
         }
@@ -143,7 +153,7 @@ impl Module for NativeModule {
             RunState {
                 host: Some(host),
                 memory: None,
-                cap: MemoryCap::new(limits.max_memory_bytes),
+                cap: MemoryCap::new(limits, self.tables),
             },
         );
         store.limiter(|state| &mut state.cap);
@@ -277,7 +287,10 @@ mod tests {
     };
 
     fn limits(max_memory_bytes: u64) -> RunLimits {
-        RunLimits { max_memory_bytes }
+        RunLimits {
+            max_memory_bytes,
+            max_table_elements: hako_engine_api::MAX_TABLE_ELEMENTS,
+        }
     }
 
     fn engine(pool: PoolConfig) -> WasmtimeEngine {
@@ -606,7 +619,8 @@ mod tests {
                   (drop (i32.trunc_sat_f32_s (f32.const 1)))
                   (drop (i8x16.splat (i32.const 1)))))"#,
         );
-        assert_eq!(run(&module, MIB).0, RunExit::Returned);
+        // Each table, declaring no maximum, reserves its bound (512 KiB) of the cap.
+        assert_eq!(run(&module, 2 * MIB).0, RunExit::Returned);
         for newer in [
             "(module (func $f (return_call $f)))",
             "(module (memory 1 1 shared))",

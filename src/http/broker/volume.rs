@@ -13,6 +13,9 @@ use cap_std::fs::{Dir, File};
 
 use crate::http::answer::{ErrorKind, HttpError};
 
+/// The largest `file` body a request may send.
+pub const MAX_FILE_BODY_BYTES: u64 = 64 * 1024 * 1024;
+
 /// How a volume folder comes to exist.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Make {
@@ -139,15 +142,37 @@ impl VolumeDirs {
         Ok((dir, rest))
     }
 
-    /// The content of the file at guest path `guest`, for a `file` body.
+    /// The content of the file at guest path `guest`, for a `file` body: at most
+    /// [`MAX_FILE_BODY_BYTES`] (`invalid_request` beyond), since it is held in memory while the
+    /// request is sent (and sent again on a redirect that keeps the body).
     pub fn read(&self, guest: &str) -> Result<Vec<u8>, HttpError> {
+        use std::io::Read;
         let (dir, rest) = self.locate("body.path", guest)?;
-        dir.read(rest).map_err(|error| {
+        let unreadable = |error: io::Error| {
             HttpError::new(
                 ErrorKind::BadPath,
                 format!("body.path `{guest}` cannot be read: {}", describe(&error)),
             )
-        })
+        };
+        let too_large = || {
+            HttpError::invalid(format!(
+                "body.path `{guest}` is larger than {MAX_FILE_BODY_BYTES} bytes (64 MiB), the \
+                 most a file body may be"
+            ))
+        };
+        let file = dir.open(rest).map_err(unreadable)?;
+        if file.metadata().map_err(unreadable)?.len() > MAX_FILE_BODY_BYTES {
+            return Err(too_large());
+        }
+        // The file may grow after its size was read: never more than the bound is read.
+        let mut bytes = Vec::new();
+        file.take(MAX_FILE_BODY_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(unreadable)?;
+        if bytes.len() as u64 > MAX_FILE_BODY_BYTES {
+            return Err(too_large());
+        }
+        Ok(bytes)
     }
 
     /// Creates (or truncates) the file at guest path `guest` for a `file` output, making its
@@ -233,6 +258,22 @@ mod tests {
         drop(file);
         std::fs::write(host.path().join("tmp/a/b/out.txt"), "saved").unwrap();
         assert_eq!(dirs.read("/volume/tmp/a/b/out.txt").unwrap(), b"saved");
+    }
+
+    #[test]
+    fn a_file_body_past_its_bound_is_refused_unread() {
+        let (host, dirs) = dirs();
+        dirs.tmp.as_ref().unwrap().open().unwrap();
+        let big = std::fs::File::create(host.path().join("tmp/big")).unwrap();
+        big.set_len(MAX_FILE_BODY_BYTES + 1).unwrap();
+        let error = dirs.read("/volume/tmp/big").unwrap_err();
+        assert_eq!(error.kind, ErrorKind::InvalidRequest);
+        assert!(error.message.contains("64 MiB"), "{}", error.message);
+        big.set_len(MAX_FILE_BODY_BYTES).unwrap();
+        assert_eq!(
+            dirs.read("/volume/tmp/big").unwrap().len() as u64,
+            MAX_FILE_BODY_BYTES
+        );
     }
 
     #[test]
