@@ -130,7 +130,9 @@ fn in_process(
     target: Option<&str>,
     wasm: &[u8],
 ) -> Result<Serialized, CompileError> {
-    Ok(engines::engine(config, target)?.compile(wasm)?.serialize()?)
+    Ok(engines::engine(config, target)?
+        .compile(wasm)?
+        .serialize()?)
 }
 
 /// The name of the hidden subcommand the worker answers to.
@@ -216,9 +218,7 @@ fn in_child(
                 limit: bounds.timeout,
             });
         }
-        let output = output
-            .expect("the output arrived")
-            .map_err(worker)?;
+        let output = output.expect("the output arrived").map_err(worker)?;
         judge(&name, status, &stderr, output, bounds)
     })
 }
@@ -277,7 +277,10 @@ pub fn worker_main(args: &[String]) -> ExitCode {
         ExitCode::from(status)
     };
     let (Some(config), Some(memory)) = (args.first(), args.get(1)) else {
-        return fail(2, format!("usage: hako {WORKER_COMMAND} CONFIG MAX_MEMORY_BYTES [TARGET]"));
+        return fail(
+            2,
+            format!("usage: hako {WORKER_COMMAND} CONFIG MAX_MEMORY_BYTES [TARGET]"),
+        );
     };
     let target = args.get(2).map(String::as_str);
     // The parent may be killed: a compile no one waits for must not go on.
@@ -304,13 +307,16 @@ pub fn worker_main(args: &[String]) -> ExitCode {
     {
         return fail(2, format!("reading the module: {error}"));
     }
-    let serialized = engines::engine(config, target)
+    let serialized = engines::compiling_engine(config, target)
         .and_then(|engine| engine.compile(&wasm))
         .and_then(|module| module.serialize());
     match serialized {
         Ok(serialized) => {
             let mut stdout = std::io::stdout().lock();
-            match stdout.write_all(&encode(&serialized)).and_then(|()| stdout.flush()) {
+            match stdout
+                .write_all(&encode(&serialized))
+                .and_then(|()| stdout.flush())
+            {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => fail(2, format!("writing the compiled module: {error}")),
             }
@@ -324,7 +330,10 @@ pub fn worker_main(args: &[String]) -> ExitCode {
 /// The worker's answer: the magic, then the code, the image (its start and bytes, or a start
 /// of `u64::MAX` for none) and the memory's description, each length-prefixed.
 fn encode(serialized: &Serialized) -> Vec<u8> {
-    let image_len = serialized.image.as_ref().map_or(0, |image| image.bytes.len());
+    let image_len = serialized
+        .image
+        .as_ref()
+        .map_or(0, |image| image.bytes.len());
     let mut out = Vec::with_capacity(64 + serialized.code.len() + image_len);
     out.extend_from_slice(MAGIC);
     let mut field = |bytes: &[u8]| {

@@ -246,18 +246,46 @@ pub fn baseline_engine(
 fn make_engine(config: EngineConfig, target: Option<&str>) -> Result<Arc<dyn Engine>, EngineError> {
     match config.kind {
         EngineKind::Wasmer => Ok(Arc::new(WasmerEngine::new(config.compiler, target)?)),
-        EngineKind::Wasmtime => wasmtime_engine(target),
+        EngineKind::Wasmtime => wasmtime_engine(target, false),
+    }
+}
+
+/// An engine for `config` and `target` that only compiles, for a process that runs nothing
+/// (the compile worker): the same code as [`engine`]'s, without the instance pool wasmtime's
+/// engine reserves up front, whose tables alone would be most of a compile's memory bound.
+pub fn compiling_engine(
+    config: EngineConfig,
+    target: Option<&str>,
+) -> Result<Arc<dyn Engine>, EngineError> {
+    match config.kind {
+        EngineKind::Wasmer => engine(config, target),
+        EngineKind::Wasmtime => wasmtime_engine(target, true),
     }
 }
 
 #[cfg(not(feature = "wasmtime"))]
-fn wasmtime_engine(_target: Option<&str>) -> Result<Arc<dyn Engine>, EngineError> {
+fn wasmtime_engine(
+    _target: Option<&str>,
+    _compiles_only: bool,
+) -> Result<Arc<dyn Engine>, EngineError> {
     Err("wasmtime".parse::<EngineKind>().unwrap_err())
 }
 
 #[cfg(feature = "wasmtime")]
-fn wasmtime_engine(target: Option<&str>) -> Result<Arc<dyn Engine>, EngineError> {
-    Ok(Arc::new(hako_engine_wasmtime::WasmtimeEngine::new(target)?))
+fn wasmtime_engine(
+    target: Option<&str>,
+    compiles_only: bool,
+) -> Result<Arc<dyn Engine>, EngineError> {
+    use hako_engine_wasmtime::{PoolConfig, WasmtimeEngine};
+    let pool = if compiles_only {
+        PoolConfig {
+            slots: 1,
+            ..PoolConfig::DEFAULT
+        }
+    } else {
+        PoolConfig::DEFAULT
+    };
+    Ok(Arc::new(WasmtimeEngine::with_pool(target, pool)?))
 }
 
 #[cfg(test)]

@@ -182,8 +182,8 @@ pub fn upload(
         // asked for is for another target; it is kept, as any artifact.
         None => {
             let config = EngineConfig::DEFAULT;
-            let engine = engines::engine(config, None)
-                .map_err(|err| UploadError::Compile(err.into()))?;
+            let engine =
+                engines::engine(config, None).map_err(|err| UploadError::Compile(err.into()))?;
             let serialized = compile::compile(config, None, &package.wasm, store.compile_bounds())
                 .map_err(UploadError::Compile)?;
             let key = ArtifactKey::new(&package.module_sha256, engine.identity());

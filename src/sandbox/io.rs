@@ -112,9 +112,8 @@ impl<S: Stdio> Wasi<S> {
                 for index in 0..count {
                     let IoVec { ptr, len } = memory::iovec(m, iovs, index)?;
                     let buffer = memory::bytes_mut(m, ptr, len)?;
-                    let read = read_pieces(&self.cancel, buffer, |piece, _| {
-                        (&file.file).read(piece)
-                    })?;
+                    let read =
+                        read_pieces(&self.cancel, buffer, |piece, _| (&file.file).read(piece))?;
                     total += read as u64;
                     if read < len as usize {
                         break;

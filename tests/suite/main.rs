@@ -18,6 +18,7 @@ mod cli;
 mod content;
 mod deadlines;
 mod fuzzing;
+mod guest_bounds;
 mod guests_build;
 mod http_abi;
 mod leftovers;

@@ -176,8 +176,7 @@ impl CappedTunables {
         }) else {
             return Ok((*ty, None));
         };
-        if ty.minimum.0 > state.max_pages || !state.usage.memory_fits(ty.minimum.bytes().0 as u64)
-        {
+        if ty.minimum.0 > state.max_pages || !state.usage.memory_fits(ty.minimum.bytes().0 as u64) {
             state.usage.refuse();
             return Err(MemoryError::MinimumMemoryTooLarge {
                 min_requested: ty.minimum,
@@ -277,7 +276,10 @@ impl Tunables for CappedTunables {
         let ty = Self::clamp_table(ty)?;
         // SAFETY: the caller's contract is passed on unchanged; only the table type's maximum
         // was lowered.
-        unsafe { self.base.create_vm_table(&ty, style, vm_definition_location) }
+        unsafe {
+            self.base
+                .create_vm_table(&ty, style, vm_definition_location)
+        }
     }
 }
 

@@ -677,7 +677,9 @@ impl LinearMemory for PooledMemory {
         };
         let maximum = self.ty.maximum.unwrap_or(Pages::max_value());
         let fits = |usage: &Arc<Usage>| usage.memory_fits(new_size.bytes().0 as u64);
-        if new_size > maximum || new_size > Pages::max_value() || !self.usage.as_ref().is_none_or(fits)
+        if new_size > maximum
+            || new_size > Pages::max_value()
+            || !self.usage.as_ref().is_none_or(fits)
         {
             return Err(self.refuse(delta));
         }

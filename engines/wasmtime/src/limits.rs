@@ -98,8 +98,8 @@ impl ResourceLimiter for MemoryCap {
                 .limits
                 .table_reservation(maximum.map(|maximum| maximum as u64));
             let reserved = self.table_bytes + reservation;
-            let fits = desired <= bound
-                && self.memory_bytes + reserved <= self.limits.max_memory_bytes;
+            let fits =
+                desired <= bound && self.memory_bytes + reserved <= self.limits.max_memory_bytes;
             if !fits {
                 self.refused = true;
                 return Ok(false);

@@ -285,6 +285,7 @@ pub fn pip_venv(name: &str, requirement: &str, purpose: &str) -> Result<PathBuf,
 
 pub mod host;
 pub mod https;
+pub mod mcp_wat;
 pub mod seaweed;
 
 /// The committed example module's bytes.
