@@ -25,6 +25,7 @@ pub mod meter;
 pub mod package;
 pub mod protocol;
 pub mod serve;
+pub mod smith;
 
 /// The longest message a refusal may have: messages quote untrusted text (a name, a path, a
 /// URL) only clipped, so a refusal stays short whatever the input.

@@ -54,7 +54,7 @@ enum Command {
     /// Call one tool of a package and print what the model is shown.
     Call(call::CallArgs),
     /// Serve the store over HTTP (operator API and MCP), or one package over stdio.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Compare engines side by side on one tool of a package.
     Bench(bench::BenchArgs),
     /// Write an ed25519 key pair that signs version records uploaded to a bucket.
@@ -109,7 +109,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Upload(args) => upload::run(args),
         Command::Tools(args) => tools::run(args),
         Command::Call(args) => call::run(args),
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Bench(args) => bench::run(args),
         Command::Keygen(args) => keygen::run(args),
         Command::Run(args) => run::run(args),

@@ -11,6 +11,9 @@
 //!   `proxy-authorization` is kept so that the policy refuses it as a credential header.
 //! - A request longer than 8 MiB is answered `invalid_request` naming the limit (the ABI
 //!   bounds the request; `too_large` is about response bodies).
+//! - So is one holding more than [`MAX_REQUEST_VALUES`] JSON values: parsed, each value costs
+//!   the host tens of bytes, so 8 MiB of `[0,0,…]` would hold hundreds of megabytes while the
+//!   call runs. A larger payload goes as a `file` body.
 
 use std::time::Duration;
 
@@ -21,6 +24,38 @@ use super::url::Url;
 
 /// The largest request the guest may pass, in bytes.
 pub const MAX_REQUEST_BYTES: usize = 8 * 1024 * 1024;
+
+/// The most JSON values (objects, arrays, members, elements) a request may hold.
+pub const MAX_REQUEST_VALUES: usize = 100_000;
+
+/// How many JSON values `bytes` holds at least, counted up to one past `most`: one, plus one
+/// for every array or object opened and every comma, outside strings. A byte scan, so that a
+/// request is refused before parsing it would cost more than its bytes.
+fn values_up_to(bytes: &[u8], most: usize) -> usize {
+    let (mut count, mut in_string, mut escaped) = (1, false, false);
+    for &byte in bytes {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b',' | b'[' | b'{' => {
+                count += 1;
+                if count > most {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    count
+}
 
 /// The fields a request may have.
 const FIELDS: [&str; 7] = [
@@ -127,6 +162,12 @@ impl Request {
             return Err(HttpError::invalid(format!(
                 "the request is {} bytes; the limit is {MAX_REQUEST_BYTES} bytes (8 MiB)",
                 bytes.len()
+            )));
+        }
+        if values_up_to(bytes, MAX_REQUEST_VALUES) > MAX_REQUEST_VALUES {
+            return Err(HttpError::invalid(format!(
+                "the request holds more than {MAX_REQUEST_VALUES} JSON values, the most one may \
+                 hold; send a larger payload as a file body"
             )));
         }
         let value: Value = serde_json::from_slice(bytes)
@@ -450,6 +491,27 @@ mod tests {
         let error = Request::parse(&vec![b' '; MAX_REQUEST_BYTES + 1]).unwrap_err();
         assert_eq!(error.kind, ErrorKind::InvalidRequest);
         assert!(error.message.contains("8 MiB"), "{error}");
+    }
+
+    #[test]
+    fn a_request_of_too_many_json_values_is_invalid_before_it_is_parsed() {
+        let many = |count: usize| {
+            let zeros = vec!["0"; count].join(",");
+            format!(r#"{{"url":"https://a.example","body":{{"type":"json","json":[{zeros}]}}}}"#)
+        };
+        // The request's own object, the body's, the array, and a comma after each member and
+        // element but the last.
+        let fits = many(MAX_REQUEST_VALUES - 5);
+        assert!(Request::parse(fits.as_bytes()).is_ok());
+        let error = Request::parse(many(MAX_REQUEST_VALUES).as_bytes()).unwrap_err();
+        assert_eq!(error.kind, ErrorKind::InvalidRequest);
+        assert!(error.message.contains("100000 JSON values"), "{error}");
+        // Commas and brackets inside strings are text, not values.
+        let text = format!(
+            r#"{{"url":"https://a.example","body":{{"type":"text","text":"{}\\\",["}}}}"#,
+            ",".repeat(2 * MAX_REQUEST_VALUES)
+        );
+        assert!(Request::parse(text.as_bytes()).is_ok(), "{text:.80}");
     }
 
     #[test]

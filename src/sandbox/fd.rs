@@ -265,7 +265,7 @@ impl<S: Stdio> Wasi<S> {
             // A folder may hold many entries, and each call lists them from the start up to the
             // cookie: the cancel flag is looked at between pieces of them.
             for (index, entry) in dir.entries().map_err(io_fail)?.enumerate() {
-                if index % super::PIECE_ITEMS == 0 {
+                if index.is_multiple_of(super::PIECE_ITEMS) {
                     super::go_on(&self.cancel)?;
                 }
                 let entry = entry.map_err(io_fail)?;

@@ -166,7 +166,7 @@ impl<S: Stdio> Wasi<S> {
         };
         for index in 0..count {
             // A guest may pass millions of subscriptions, each of a file costing a system call.
-            if index as usize % super::PIECE_ITEMS == 0 {
+            if (index as usize).is_multiple_of(super::PIECE_ITEMS) {
                 self.go_on()?;
             }
             let (userdata, subscription) =

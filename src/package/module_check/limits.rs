@@ -224,7 +224,7 @@ impl Counts {
     fn function(&mut self, index: u64, body: &wasmparser::FunctionBody) -> wasmparser::Result<()> {
         let place = || format!("function {index} ");
         let range = body.range();
-        let size = (range.end - range.start) as u64;
+        let size = range.end - range.start;
         self.over(FUNCTION_BYTES, size, place);
         if size > FUNCTION_BYTES.most {
             // Its locals and nesting are beside the point, and walking it would be the cost.

@@ -1,0 +1,380 @@
+//! The hostile-guest fuzzer: modules aimed at the host's resources (`generate`), each checked
+//! as an upload checks it and then, when accepted, called in this process on every engine
+//! configuration of the build (wasmer's singlepass, cranelift and, when built, LLVM; wasmtime)
+//! with a 16 MiB memory cap and a 50 ms time limit. For every call it asserts:
+//!
+//! - the process lives (a module that ends it is left at [`last_module`] for `hako run`);
+//! - the call ends with a result or a crash kind, never a host error, within the limit plus
+//!   [`GRACE`] (an overrun is timed twice more, and only one that overruns every time fails:
+//!   the machine may be busy, a host call that runs on is not);
+//! - the process's peak resident set grows during the call by less than the cap plus
+//!   [`OVERHEAD`], what the host may hold beside a guest's memory and tables.
+//!
+//! The seed corpus (`corpus/*.wat`, each with its own cap on its first line) runs first: the
+//! two modules that once ended or stalled `hako serve` (a `table.grow` of 0xF0000000 elements,
+//! a loop of `random_get` over 1 GiB). Then modules are drawn from a pseudo-random stream for
+//! `HAKO_HOSTILE_SECONDS` (default 60); `HAKO_HOSTILE_SEED` repeats a run (the seed is
+//! printed). Failures are written beside [`last_module`] and listed; the run then fails.
+//!
+//! A test binary of its own (`harness = false`), so that nothing else runs in the process
+//! whose memory it measures. It answers `--list` as libtest does, for `cargo nextest`.
+
+mod generate;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arbitrary::Unstructured;
+use hako::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
+use hako::engines::{self, EngineConfig};
+use hako::http::{NoBroker, PackagePolicy};
+use hako_engine_api::Module;
+
+/// The time limit of every call.
+const LIMIT: Duration = Duration::from_millis(50);
+
+/// How far past its limit a call may end.
+const GRACE: Duration = Duration::from_millis(100);
+
+/// The memory cap of the drawn modules' calls.
+const CAP_MIB: u64 = 16;
+
+/// What the host may hold during a call beside the guest's memory and tables (which the cap
+/// bounds): the line buffers (stdout up to its 1 MiB limit, the request line), an HTTP
+/// request the guest hands the broker (at most 8 MiB, parsed), a file body read for it (here:
+/// files of the call's volume, within its write budget), a directory's listing, the call's
+/// threads' stacks and the allocator's slack. 48 MiB.
+const OVERHEAD: u64 = 48 << 20;
+
+/// The write budget of every call: files it writes cost the disk this much at most.
+const WRITE_BUDGET: u64 = 16 << 20;
+
+const NAME: &str = "hostile_guests";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|arg| arg == "--list") {
+        if !args.iter().any(|arg| arg == "--ignored") {
+            println!("{NAME}: test");
+        }
+        return ExitCode::SUCCESS;
+    }
+    if let Some(filter) = args.iter().find(|arg| !arg.starts_with('-')) {
+        if !NAME.contains(filter.as_str()) {
+            return ExitCode::SUCCESS;
+        }
+    }
+    let seconds = std::env::var("HAKO_HOSTILE_SECONDS")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(60);
+    let seed = std::env::var("HAKO_HOSTILE_SEED")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.as_nanos() as u64)
+        });
+    let mut fuzzer = Fuzzer::new();
+    println!(
+        "{NAME}: seed {seed}, {seconds} s, on {}; a module that ends this process is left at {}",
+        fuzzer
+            .subjects
+            .iter()
+            .map(|subject| subject.config.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        last_module().display()
+    );
+    for (name, wasm, cap_mib) in corpus() {
+        let seen = fuzzer.outcomes.clone();
+        fuzzer.run_module(&name, &wasm, cap_mib);
+        let new: Vec<String> = fuzzer
+            .outcomes
+            .iter()
+            .filter_map(|(outcome, count)| {
+                let more = count - seen.get(outcome).copied().unwrap_or(0);
+                (more > 0).then(|| format!("{outcome} {more}"))
+            })
+            .collect();
+        println!("{NAME}: seed {name} ({cap_mib} MiB): {}", new.join(", "));
+    }
+    let started = Instant::now();
+    let mut state = seed;
+    while started.elapsed() < Duration::from_secs(seconds) {
+        let bytes = noise(&mut state, 4096);
+        let Ok(wasm) = generate::module(&mut Unstructured::new(&bytes)) else {
+            continue;
+        };
+        fuzzer.drawn += 1;
+        fuzzer.run_module("drawn", &wasm, CAP_MIB);
+    }
+    fuzzer.report(started.elapsed())
+}
+
+/// Where the module being run is written first: the one to run again when a run ended the
+/// process.
+fn last_module() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hostile-guests-last.wasm")
+}
+
+/// The seed corpus: `(file name, module, cap in MiB)`; a seed's first line says its cap as
+/// `;; memory_mib N`.
+fn corpus() -> Vec<(String, Vec<u8>, u64)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile_guests/corpus");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|err| panic!("the seed corpus {}: {err}", dir.display()))
+        .map(|entry| entry.expect("the corpus lists").path())
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).expect("a seed reads");
+            let cap = text
+                .lines()
+                .next()
+                .and_then(|line| line.strip_prefix(";; memory_mib "))
+                .and_then(|mib| mib.trim().parse().ok())
+                .unwrap_or(CAP_MIB);
+            let wasm = wat::parse_str(&text)
+                .unwrap_or_else(|err| panic!("the seed {} assembles: {err}", path.display()));
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, wasm, cap)
+        })
+        .collect()
+}
+
+/// A stream of pseudo-random bytes (splitmix64) from `state`, which it advances.
+fn noise(state: &mut u64, len: usize) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(len + 8);
+    while bytes.len() < len {
+        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        bytes.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    bytes.truncate(len);
+    bytes
+}
+
+/// An engine configuration the modules run on.
+struct Subject {
+    config: EngineConfig,
+    runs: u64,
+    longest: Duration,
+    largest_growth: u64,
+}
+
+/// What the run found.
+struct Fuzzer {
+    subjects: Vec<Subject>,
+    drawn: u64,
+    refused: u64,
+    compile_errors: u64,
+    /// Outcomes by name (`answered`, or the crash kind), over every run.
+    outcomes: std::collections::BTreeMap<String, u64>,
+    failures: Vec<String>,
+    volume: tempfile::TempDir,
+}
+
+impl Fuzzer {
+    fn new() -> Fuzzer {
+        let subjects = EngineConfig::all()
+            .into_iter()
+            .filter(|config| config.compiles_here())
+            .map(|config| Subject {
+                config,
+                runs: 0,
+                longest: Duration::ZERO,
+                largest_growth: 0,
+            })
+            .collect();
+        Fuzzer {
+            subjects,
+            drawn: 0,
+            refused: 0,
+            compile_errors: 0,
+            outcomes: Default::default(),
+            failures: Vec::new(),
+            volume: scratch(),
+        }
+    }
+
+    /// Checks `wasm` and runs it on every subject.
+    fn run_module(&mut self, name: &str, wasm: &[u8], cap_mib: u64) {
+        let Ok(facts) = hako::package::check_module(wasm) else {
+            self.refused += 1;
+            return;
+        };
+        std::fs::write(last_module(), wasm).expect("the module is written first");
+        for index in 0..self.subjects.len() {
+            let (config, _) =
+                engines::effective_config(self.subjects[index].config, facts.uses_simd);
+            let module = match engines::engine(config, None).and_then(|e| e.compile(wasm)) {
+                Ok(module) => module,
+                Err(_) => {
+                    self.compile_errors += 1;
+                    continue;
+                }
+            };
+            self.run_on(index, name, wasm, &module, cap_mib);
+        }
+    }
+
+    /// One call of `module` on subject `index`, timed again when it overran.
+    fn run_on(
+        &mut self,
+        index: usize,
+        name: &str,
+        wasm: &[u8],
+        module: &Arc<dyn Module>,
+        cap_mib: u64,
+    ) {
+        let config = self.subjects[index].config;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            reset_peak();
+            let before = resident("VmRSS");
+            let started = Instant::now();
+            let outcome = call::call_tool(module, self.request(cap_mib), CallStats::default());
+            let took = started.elapsed();
+            let growth = resident("VmHWM").saturating_sub(before);
+            let subject = &mut self.subjects[index];
+            subject.runs += 1;
+            subject.longest = subject.longest.max(took);
+            subject.largest_growth = subject.largest_growth.max(growth);
+            let outcome = match outcome {
+                Ok(CallOutcome::Answered { .. }) => "answered".to_string(),
+                Ok(CallOutcome::Crashed { crash, .. }) => crash.kind.to_string(),
+                Err(err) => {
+                    self.fail(name, wasm, config, &format!("a host error: {err}"));
+                    return;
+                }
+            };
+            if growth > (cap_mib << 20) + OVERHEAD {
+                let message = format!(
+                    "the peak resident set grew by {} MiB in one call ({outcome}), past the cap \
+                     of {cap_mib} MiB and {} MiB beside it",
+                    growth >> 20,
+                    OVERHEAD >> 20
+                );
+                self.fail(name, wasm, config, &message);
+                return;
+            }
+            if took > LIMIT + GRACE {
+                if attempt < 3 {
+                    continue;
+                }
+                let message = format!(
+                    "the call ({outcome}) ended after {took:?} three times over, against a \
+                     limit of {LIMIT:?}"
+                );
+                self.fail(name, wasm, config, &message);
+                return;
+            }
+            *self.outcomes.entry(outcome).or_default() += 1;
+            return;
+        }
+    }
+
+    fn request(&self, cap_mib: u64) -> ToolRequest<'static> {
+        let mut limits = Limits::CALL;
+        limits.timeout = LIMIT;
+        limits.max_memory_bytes = cap_mib << 20;
+        limits.write_budget = WRITE_BUDGET;
+        let mut mounts = Mounts::fresh(None);
+        mounts.volume_tmp = VolumeTmp::FreshIn(self.volume.path().to_path_buf());
+        ToolRequest {
+            program: "hostile",
+            tool: "hostile",
+            arguments: serde_json::json!({}),
+            limits,
+            mounts,
+            network: Network {
+                policy: Arc::new(PackagePolicy::default()),
+                broker: Arc::new(NoBroker),
+            },
+        }
+    }
+
+    fn fail(&mut self, name: &str, wasm: &[u8], config: EngineConfig, message: &str) {
+        let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "hostile-guests-failure-{}.wasm",
+            self.failures.len()
+        ));
+        let _ = std::fs::write(&path, wasm);
+        let line = format!("{name} on {config}: {message} (module: {})", path.display());
+        eprintln!("{NAME}: FAILED: {line}");
+        self.failures.push(line);
+    }
+
+    fn report(&self, took: Duration) -> ExitCode {
+        let runs: u64 = self.subjects.iter().map(|subject| subject.runs).sum();
+        println!(
+            "{NAME}: {} modules drawn in {:.1} s, {} refused by the check, {} compile errors; \
+             {runs} calls ({:.1}/s)",
+            self.drawn,
+            took.as_secs_f64(),
+            self.refused,
+            self.compile_errors,
+            runs as f64 / took.as_secs_f64().max(1e-9),
+        );
+        for subject in &self.subjects {
+            println!(
+                "{NAME}: {}: {} calls, the longest {:?}, the largest peak growth {} KiB",
+                subject.config,
+                subject.runs,
+                subject.longest,
+                subject.largest_growth >> 10
+            );
+        }
+        let outcomes: Vec<String> = self
+            .outcomes
+            .iter()
+            .map(|(outcome, count)| format!("{outcome} {count}"))
+            .collect();
+        println!("{NAME}: outcomes: {}", outcomes.join(", "));
+        if self.failures.is_empty() {
+            println!("test result: ok. 1 passed; 0 failed");
+            ExitCode::SUCCESS
+        } else {
+            for failure in &self.failures {
+                println!("{NAME}: FAILED: {failure}");
+            }
+            println!("test result: FAILED. 0 passed; 1 failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A folder for the calls' volumes, on a memory file system when there is one.
+fn scratch() -> tempfile::TempDir {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("hako-hostile-");
+    match Path::new("/dev/shm") {
+        shm if shm.is_dir() => builder.tempdir_in(shm),
+        _ => builder.tempdir(),
+    }
+    .expect("a scratch folder")
+}
+
+/// Resets the process's peak resident set to what it holds now (`clear_refs` 5).
+fn reset_peak() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// A size in bytes from `/proc/self/status` (`VmRSS`, `VmHWM`).
+fn resident(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kib| kib << 10)
+}
