@@ -91,7 +91,8 @@ impl CompileError {
 /// The executable that compiles in a child process, when this process has one.
 static WORKER: OnceLock<PathBuf> = OnceLock::new();
 
-/// Says that `exe` (this process's own binary, the `hako` command) runs [`worker_main`] as
+/// Says that `exe` (this process's own binary, the `hako` command: `/proc/self/exe`, which is
+/// the file this process runs even once its path names another) runs [`worker_main`] as
 /// `exe __compile`: from now on every compile of this process runs in a child, bounded.
 pub fn compile_in_children(exe: PathBuf) {
     let _ = WORKER.set(exe);
@@ -108,11 +109,11 @@ pub fn compile(
     match WORKER.get() {
         Some(exe) => match in_child(exe, config, target, wasm, bounds) {
             Err(CompileError::Spawn(error)) => {
-                // Only where this binary cannot run itself (an emulator that does not follow
-                // `execve`, a binary deleted since it started): said once, then unbounded.
+                // Only where this binary cannot run itself (under an emulator such as qemu-user
+                // without binfmt_misc): logged once, then unbounded.
                 static SAID: std::sync::Once = std::sync::Once::new();
                 SAID.call_once(|| {
-                    tracing::warn!(
+                    tracing::info!(
                         "cannot start the compile worker ({error}): compiles run in this \
                          process, without their time and memory bounds"
                     )

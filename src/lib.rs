@@ -35,6 +35,28 @@ pub(crate) fn clip(s: &str, max: usize) -> String {
     }
 }
 
+/// Calls `visit` with every byte of the JSON text `bytes` that lies outside its strings (the
+/// structure: brackets, braces, commas, colons, and the bytes of numbers and literals), until
+/// it answers `false`. A scan that costs one pass and no memory, for bounds checked before a
+/// text is parsed (its nesting, how many values it holds).
+pub(crate) fn json_structure(bytes: &[u8], mut visit: impl FnMut(u8) -> bool) {
+    let (mut in_string, mut escaped) = (false, false);
+    for &byte in bytes {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+        } else if byte == b'"' {
+            in_string = true;
+        } else if !visit(byte) {
+            return;
+        }
+    }
+}
+
 /// An error and its causes as one line, `: `-joined, skipping a cause whose message the line
 /// already carries (many errors quote their cause in their own message and also keep it as
 /// their source, which would otherwise print it twice).

@@ -12,11 +12,9 @@ fn main() -> ExitCode {
     if args.get(1).map(String::as_str) == Some(compile::WORKER_COMMAND) {
         return compile::worker_main(&args[2..]);
     }
-    // This binary compiles in a child process of its own, bounded in time and memory.
-    match std::env::current_exe() {
-        Ok(exe) => compile::compile_in_children(exe),
-        Err(err) => eprintln!("hako: compiles run in this process, unbounded: {err}"),
-    }
+    // This binary compiles in a child process of its own, bounded in time and memory: the very
+    // same binary, even when the file it started from has been replaced since.
+    compile::compile_in_children(std::path::PathBuf::from("/proc/self/exe"));
     let filter = tracing_subscriber::EnvFilter::try_from_env("HAKO_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()

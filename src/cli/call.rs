@@ -39,6 +39,8 @@ pub struct CallArgs {
     network: NetworkArgs,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    compile: super::flags::CompileArgs,
     /// Print one outcome object as JSON.
     #[arg(long)]
     json: bool,
@@ -87,7 +89,9 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
     let config = args.engine.config()?;
     let arguments = arguments(args.arguments.as_deref())?;
     let limits = args.limits.limits()?;
-    let opened = args.store.open()?;
+    let bounds = args.compile.bounds()?;
+    let mut opened = args.store.open()?;
+    opened.store.set_compile_bounds(bounds);
     let store = &opened.store;
 
     // What to run: a package on disk (checked now), or a stored one (checked at upload).

@@ -32,28 +32,13 @@ pub const MAX_REQUEST_VALUES: usize = 100_000;
 /// for every array or object opened and every comma, outside strings. A byte scan, so that a
 /// request is refused before parsing it would cost more than its bytes.
 fn values_up_to(bytes: &[u8], most: usize) -> usize {
-    let (mut count, mut in_string, mut escaped) = (1, false, false);
-    for &byte in bytes {
-        if in_string {
-            match byte {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
+    let mut count = 1;
+    crate::json_structure(bytes, |byte| {
+        if matches!(byte, b',' | b'[' | b'{') {
+            count += 1;
         }
-        match byte {
-            b'"' => in_string = true,
-            b',' | b'[' | b'{' => {
-                count += 1;
-                if count > most {
-                    break;
-                }
-            }
-            _ => {}
-        }
-    }
+        count <= most
+    });
     count
 }
 

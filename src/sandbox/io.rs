@@ -273,7 +273,8 @@ fn seekable_file(entry: &mut Entry, right: u64) -> Result<&mut FileFd, Fail> {
 mod tests {
     use super::super::errno::{EBADF, EDQUOT, EFAULT, ESPIPE};
     use super::super::testkit::{config, preopen, Guest, IOVEC_AT, RESULT_AT};
-    use super::super::{WriteBudget, NODE_BYTES};
+    use super::super::{Cancel, Fail, WriteBudget, NODE_BYTES, PIECE_BYTES};
+    use super::{read_pieces, write_pieces};
     use hako_engine_api::{Import, Stop};
     use std::sync::Arc;
 
@@ -399,6 +400,36 @@ mod tests {
             guest.errno(Import::FdRead, &[0, u64::from(IOVEC_AT), 1, beyond]),
             EFAULT
         );
+    }
+
+    #[test]
+    fn data_moves_a_piece_at_a_time_and_stops_at_the_piece_after_a_cancel() {
+        let cancel = Cancel::new();
+        let bytes = vec![7u8; 5 * PIECE_BYTES + 1];
+        let mut pieces = Vec::new();
+        let written = write_pieces(&cancel, &bytes, |piece, done| {
+            pieces.push((piece.len(), done));
+            if pieces.len() == 2 {
+                cancel.cancel();
+            }
+            Ok(())
+        });
+        assert_eq!(written, Err(Fail::Stop(Stop::Abort)));
+        assert_eq!(
+            pieces,
+            [(PIECE_BYTES, 0), (PIECE_BYTES, PIECE_BYTES as u64)]
+        );
+
+        let cancel = Cancel::new();
+        let mut buffer = vec![0u8; 3 * PIECE_BYTES];
+        let mut reads = 0;
+        let read = read_pieces(&cancel, &mut buffer, |piece, _| {
+            reads += 1;
+            // The second piece is short: the read ends there, as a short read does.
+            Ok(if reads == 2 { 10 } else { piece.len() })
+        });
+        assert_eq!(read, Ok(PIECE_BYTES + 10));
+        assert_eq!(reads, 2);
     }
 
     #[test]

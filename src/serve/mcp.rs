@@ -114,30 +114,19 @@ impl Pending {
 
 /// Whether `bytes` nest arrays and objects deeper than `max`, by a scan that skips strings.
 pub fn nesting_exceeds(bytes: &[u8], max: usize) -> bool {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for &byte in bytes {
-        if in_string {
-            match byte {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
+    let (mut depth, mut exceeds) = (0usize, false);
+    crate::json_structure(bytes, |byte| {
         match byte {
-            b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
-                if depth > max {
-                    return true;
-                }
+                exceeds = depth > max;
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
-    }
-    false
+        !exceeds
+    });
+    exceeds
 }
 
 /// A JSON-RPC result message: `{"jsonrpc":"2.0","id":…,"result":…}`, compact.

@@ -8,10 +8,9 @@
 
 use crate::support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use hako::call::{CallOutcome, CrashKind};
-use support::host::{configs, load, Call};
+use support::host::{configs, ends_as_timeout, Call};
 
 /// The memory cap of these calls, and the size of every bulk instruction's memory.
 const CAP: u64 = 64 << 20;
@@ -42,28 +41,7 @@ fn stops_in_time(what: &str, wasm: Vec<u8>) {
         // The memory fills the cap; a table beside it reserves 512 KiB.
         limits.max_memory_bytes = CAP + (1 << 20);
     });
-    for config in configs() {
-        let module = load(config, call.wasm.as_deref().unwrap());
-        let started = Instant::now();
-        let outcome = call.run_module(&module);
-        let took = started.elapsed();
-        match outcome {
-            CallOutcome::Crashed { crash, .. } => {
-                assert_eq!(
-                    crash.kind,
-                    CrashKind::Timeout,
-                    "{what} on {config}: {crash:?}"
-                )
-            }
-            CallOutcome::Answered { result, .. } => {
-                panic!("{what} on {config} answered {result:?}")
-            }
-        }
-        assert!(
-            took < LIMIT + SLACK,
-            "{what} on {config} ran {took:?} against a limit of {LIMIT:?}"
-        );
-    }
+    ends_as_timeout(what, &call, LIMIT, SLACK);
 }
 
 #[test]

@@ -13,8 +13,8 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use hako::call::{CallOutcome, CrashKind};
-use support::host::{configs, load, Call};
+use hako::call::CrashKind;
+use support::host::{configs, ends_as_timeout, Call};
 use support::mcp_wat::{mcp_guest, mcp_guest_wat, MEMORY_LINE};
 
 /// The time limit of the calls that must be stopped.
@@ -138,28 +138,7 @@ fn a_table_minimum_above_65536_elements_is_refused_at_check() {
 /// limit.
 fn stops_in_time(what: &str, call: Call) {
     let call = call.limits(|limits| limits.timeout = LIMIT);
-    for config in configs() {
-        let module = load(config, call.wasm.as_deref().unwrap());
-        let started = Instant::now();
-        let outcome = call.run_module(&module);
-        let took = started.elapsed();
-        match outcome {
-            CallOutcome::Crashed { crash, .. } => {
-                assert_eq!(
-                    crash.kind,
-                    CrashKind::Timeout,
-                    "{what} on {config}: {crash:?}"
-                )
-            }
-            CallOutcome::Answered { result, .. } => {
-                panic!("{what} on {config} answered {result:?}")
-            }
-        }
-        assert!(
-            took < LIMIT + SLACK,
-            "{what} on {config} ran {took:?} against a limit of {LIMIT:?}"
-        );
-    }
+    ends_as_timeout(what, &call, LIMIT, SLACK);
 }
 
 /// Grows the guest's memory to 1 GiB (its cap) or traps.
@@ -614,4 +593,29 @@ fn an_upload_through_the_api_whose_compile_runs_too_long_is_422_by_rule() {
         server.request("POST", "/v1/packages", &[], &greet).status,
         201
     );
+}
+
+#[test]
+fn a_large_module_within_the_checks_counts_runs_on_every_engine() {
+    // 33,000 functions in a table (each referenced, so each needs a reference in the
+    // instance: more than wasmtime's default 1 MiB of instance metadata), 10,000 globals and
+    // 1,000 exports: what a large program may declare, accepted by the check and run alike.
+    const FUNCTIONS: usize = 33_000;
+    let functions: String = (0..FUNCTIONS).map(|i| format!("(func $f{i})")).collect();
+    let names: String = (0..FUNCTIONS).map(|i| format!(" $f{i}")).collect();
+    let globals = "(global (mut i32) (i32.const 7))".repeat(10_000);
+    let exports: String = (0..998)
+        .map(|index| format!("(export \"g{index}\" (global {index}))"))
+        .collect();
+    let fields = format!(
+        "(table $t {FUNCTIONS} funcref) (elem (i32.const 0) func{names}) {functions} \
+         {globals} {exports}"
+    );
+    let wasm = mcp_guest(
+        "",
+        &fields,
+        &check("(i32.eq (table.size $t) (i32.const 33000))"),
+    );
+    assert_eq!(hako::package::check_module(&wasm).map(drop), Ok(()));
+    holds(Call::new("hostile").module(wasm));
 }

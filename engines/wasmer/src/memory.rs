@@ -358,3 +358,45 @@ impl LinearMemory for WatchedMemory {
         self.inner.copy()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmer::Type;
+
+    fn usage(cap: u64, bound: u32) -> Usage {
+        Usage::new(RunLimits {
+            max_memory_bytes: cap,
+            max_table_elements: bound,
+        })
+    }
+
+    fn table(minimum: u32, maximum: Option<u32>) -> TableType {
+        TableType::new(Type::FuncRef, minimum, maximum)
+    }
+
+    #[test]
+    fn a_table_gets_the_bound_as_its_maximum_and_reserves_it() {
+        let usage = usage(1 << 20, 1024);
+        let clamped = usage.table(&table(1, None)).unwrap();
+        assert_eq!(clamped.maximum, Some(1024));
+        let clamped = usage.table(&table(1, Some(16))).unwrap();
+        assert_eq!(clamped.maximum, Some(16));
+        assert_eq!(usage.table_bytes.load(Ordering::Acquire), (1024 + 16) * 8);
+        // The memory may grow only into what the tables leave.
+        assert!(usage.memory_fits((1 << 20) - (1024 + 16) * 8));
+        assert!(!usage.memory_fits((1 << 20) - (1024 + 16) * 8 + 1));
+        assert!(usage.refused());
+    }
+
+    #[test]
+    fn a_table_past_the_bound_or_the_cap_is_refused() {
+        let usage = usage(1 << 20, 1024);
+        assert!(usage.table(&table(1025, None)).is_err());
+        assert!(usage.refused());
+        let usage = self::usage(65_536, 1024);
+        assert!(usage.memory_fits(65_536));
+        assert!(usage.table(&table(0, Some(1))).is_err());
+        assert!(usage.refused());
+    }
+}

@@ -58,6 +58,13 @@ const MEMORY_KEEP_RESIDENT: usize = 1024 * 1024;
 /// The same for tables.
 const TABLE_KEEP_RESIDENT: usize = 64 * 1024;
 
+/// The most one instance's own metadata may take (its functions' references, globals,
+/// imports, table and memory definitions): wasmtime's default of 1 MiB refuses a module whose
+/// table holds 33,000 functions, which large programs have. 4 MiB holds what the module check
+/// lets a module declare (100,000 functions at 32 bytes each, 10,000 globals at 16, 1,000
+/// imports); it is allocated per instance as needed, not reserved.
+const INSTANCE_METADATA_BYTES: usize = 4 << 20;
+
 /// The size of the pooling allocator: how many instances may live at once, and how big a
 /// linear memory each may grow to. The pool's address space is reserved up front (about
 /// `slots × 4 GiB` of virtual memory, none of it resident until used).
@@ -87,6 +94,7 @@ impl PoolConfig {
             .max_memories_per_module(1)
             .max_tables_per_module(TABLES_PER_MODULE)
             .table_elements(TABLE_ELEMENTS)
+            .max_core_instance_size(INSTANCE_METADATA_BYTES)
             .max_memory_size(usize::try_from(self.max_memory_bytes).unwrap_or(usize::MAX))
             .linear_memory_keep_resident(MEMORY_KEEP_RESIDENT)
             .table_keep_resident(TABLE_KEEP_RESIDENT)

@@ -207,3 +207,39 @@ impl Call {
         }
     }
 }
+
+/// Runs `call` (whose time limit is `limit`) on every configuration and asserts each run ends
+/// as a timeout, within `slack` of its limit: for guests that must be stopped by their
+/// deadline, whatever they run.
+pub fn ends_as_timeout(
+    what: &str,
+    call: &Call,
+    limit: std::time::Duration,
+    slack: std::time::Duration,
+) {
+    for config in configs() {
+        let module = load(
+            config,
+            call.wasm.as_deref().expect("the call runs its own module"),
+        );
+        let started = std::time::Instant::now();
+        let outcome = call.run_module(&module);
+        let took = started.elapsed();
+        match outcome {
+            CallOutcome::Crashed { crash, .. } => {
+                assert_eq!(
+                    crash.kind,
+                    CrashKind::Timeout,
+                    "{what} on {config}: {crash:?}"
+                )
+            }
+            CallOutcome::Answered { result, .. } => {
+                panic!("{what} on {config} answered {result:?}")
+            }
+        }
+        assert!(
+            took < limit + slack,
+            "{what} on {config} ran {took:?} against a limit of {limit:?}"
+        );
+    }
+}
