@@ -265,9 +265,11 @@ fn judge(
 }
 
 /// Whether the worker's last words say an allocation failed: Rust's allocator, or LLVM's
-/// (`std::bad_alloc`).
+/// (its own `LLVM ERROR: out of memory`, or `std::bad_alloc`).
 fn out_of_memory(stderr: &str) -> bool {
-    stderr.contains("memory allocation of") || stderr.contains("bad_alloc")
+    ["memory allocation of", "out of memory", "bad_alloc"]
+        .iter()
+        .any(|words| stderr.contains(words))
 }
 
 /// The worker: `hako __compile CONFIG MAX_MEMORY_BYTES [TARGET]`, the module on stdin, what
@@ -429,6 +431,9 @@ mod tests {
         ));
         assert!(out_of_memory(
             "terminate called after throwing an instance of 'std::bad_alloc'"
+        ));
+        assert!(out_of_memory(
+            "LLVM ERROR: out of memory\nBuffer allocation failed"
         ));
         assert!(!out_of_memory("thread 'main' has overflowed its stack"));
     }

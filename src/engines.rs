@@ -278,10 +278,7 @@ fn wasmtime_engine(
 ) -> Result<Arc<dyn Engine>, EngineError> {
     use hako_engine_wasmtime::{PoolConfig, WasmtimeEngine};
     let pool = if compiles_only {
-        PoolConfig {
-            slots: 1,
-            ..PoolConfig::DEFAULT
-        }
+        PoolConfig::COMPILE_ONLY
     } else {
         PoolConfig::DEFAULT
     };

@@ -84,6 +84,14 @@ impl PoolConfig {
         max_memory_bytes: 4 << 30,
     };
 
+    /// No pool at all, for an engine that only compiles (hako's compile worker, whose memory
+    /// bound a pool's reservations would count against): instances, were there any, would be
+    /// made on demand. The code is the same as a pooled engine's.
+    pub const COMPILE_ONLY: PoolConfig = PoolConfig {
+        slots: 0,
+        ..PoolConfig::DEFAULT
+    };
+
     fn allocation(self) -> PoolingAllocationConfig {
         let mut pool = PoolingAllocationConfig::new();
         pool.total_core_instances(self.slots)
@@ -145,9 +153,10 @@ fn config(target: &Target, pool: PoolConfig) -> Result<Config, EngineError> {
         .max_wasm_stack(GUEST_STACK_BYTES)
         .parallel_compilation(true);
     if target.runs_here {
-        config
-            .memory_init_cow(true)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool.allocation()));
+        config.memory_init_cow(true);
+        if pool.slots > 0 {
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool.allocation()));
+        }
     } else {
         let triple = target.triple.to_string();
         config.target(&triple).map_err(|err| {

@@ -143,7 +143,7 @@ impl VolumeDirs {
     }
 
     /// The content of the file at guest path `guest`, for a `file` body: at most
-    /// [`MAX_FILE_BODY_BYTES`] (`invalid_request` beyond), since it is held in memory while the
+    /// `MAX_FILE_BODY_BYTES` (`invalid_request` beyond), since it is held in memory while the
     /// request is sent (and sent again on a redirect that keeps the body).
     pub fn read(&self, guest: &str) -> Result<Vec<u8>, HttpError> {
         use std::io::Read;
