@@ -14,7 +14,6 @@
 //! asks for (`upload`).
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::{mpsc, OnceLock};
 use std::time::Duration;
@@ -88,13 +87,15 @@ impl CompileError {
     }
 }
 
-/// The executable that compiles in a child process, when this process has one.
-static WORKER: OnceLock<PathBuf> = OnceLock::new();
+/// The executable that compiles in a child process, when this process has one: the open file,
+/// started as `/proc/self/fd/N`, so that the child runs the very binary of its parent even once
+/// an upgrade has put another at its path.
+static WORKER: OnceLock<std::fs::File> = OnceLock::new();
 
-/// Says that `exe` (this process's own binary, the `hako` command: `/proc/self/exe`, which is
-/// the file this process runs even once its path names another) runs [`worker_main`] as
-/// `exe __compile`: from now on every compile of this process runs in a child, bounded.
-pub fn compile_in_children(exe: PathBuf) {
+/// Says that `exe`, open (this process's own binary, the `hako` command), runs
+/// [`worker_main`] as `exe __compile`: from now on every compile of this process runs in a
+/// child, bounded.
+pub fn compile_in_children(exe: std::fs::File) {
     let _ = WORKER.set(exe);
 }
 
@@ -109,8 +110,8 @@ pub fn compile(
     match WORKER.get() {
         Some(exe) => match in_child(exe, config, target, wasm, bounds) {
             Err(CompileError::Spawn(error)) => {
-                // Only where this binary cannot run itself (under an emulator such as qemu-user
-                // without binfmt_misc): logged once, then unbounded.
+                // Only where this binary cannot run itself (an aarch64 binary under qemu-user,
+                // on a machine without binfmt_misc): logged once, then unbounded.
                 static SAID: std::sync::Once = std::sync::Once::new();
                 SAID.call_once(|| {
                     tracing::info!(
@@ -147,18 +148,23 @@ const EXIT_COMPILE: u8 = 10;
 const EXIT_SERIALIZE: u8 = 11;
 const EXIT_UNSUPPORTED: u8 = 12;
 
+/// The status of a child that could not start the worker at all.
+const EXIT_NOT_STARTED: i32 = 127;
+
 /// How much of the worker's stderr is kept for a message.
 const STDERR_TAIL: usize = 2048;
 
 fn in_child(
-    exe: &PathBuf,
+    exe: &std::fs::File,
     config: EngineConfig,
     target: Option<&str>,
     wasm: &[u8],
     bounds: CompileBounds,
 ) -> Result<Serialized, CompileError> {
     let worker = |error: std::io::Error| CompileError::Worker(error.to_string());
-    let mut command = Command::new(exe);
+    use std::os::fd::AsRawFd;
+    // The child resolves the name before its descriptors close at `exec`.
+    let mut command = Command::new(format!("/proc/self/fd/{}", exe.as_raw_fd()));
     command
         .arg(WORKER_COMMAND)
         .arg(config.name())
@@ -238,6 +244,14 @@ fn judge(
         message: message.to_string(),
     };
     match status.code() {
+        // What a child whose `exec` failed exits with when the failure cannot be told to the
+        // parent (glibc's `posix_spawn` under an emulator that runs `vfork` as `fork`): the
+        // worker never exits so itself.
+        Some(EXIT_NOT_STARTED) if stderr.is_empty() && output.is_empty() => {
+            Err(CompileError::Spawn(std::io::Error::other(
+                "the worker's exec failed (status 127)",
+            )))
+        }
         Some(0) => decode(&output).ok_or_else(|| {
             CompileError::Worker("the compile worker's answer is not what it writes".into())
         }),

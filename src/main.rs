@@ -13,8 +13,11 @@ fn main() -> ExitCode {
         return compile::worker_main(&args[2..]);
     }
     // This binary compiles in a child process of its own, bounded in time and memory: the very
-    // same binary, even when the file it started from has been replaced since.
-    compile::compile_in_children(std::path::PathBuf::from("/proc/self/exe"));
+    // same binary, held open from the start, even when an upgrade replaces the file at its path.
+    match std::env::current_exe().and_then(std::fs::File::open) {
+        Ok(exe) => compile::compile_in_children(exe),
+        Err(err) => eprintln!("hako: compiles run in this process, unbounded: {err}"),
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_env("HAKO_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()

@@ -217,7 +217,19 @@ impl Fuzzer {
                 engines::effective_config(self.subjects[index].config, facts.uses_simd);
             let module = match engines::engine(config, None).and_then(|e| e.compile(wasm)) {
                 Ok(module) => module,
-                Err(_) => {
+                Err(err) => {
+                    // A compiler's own limit, not a bound of the host: kept and said, since an
+                    // upload with that compiler would be refused for it.
+                    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+                        "hostile-guests-compile-error-{}.wasm",
+                        self.compile_errors
+                    ));
+                    let _ = std::fs::write(&path, wasm);
+                    println!(
+                        "{NAME}: {name} does not compile on {config}: {} ({})",
+                        hako::error_chain(&err),
+                        path.display()
+                    );
                     self.compile_errors += 1;
                     continue;
                 }

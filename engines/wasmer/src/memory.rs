@@ -32,8 +32,7 @@ use crate::pool::PooledMemory;
 /// tables, and whether the guest was ever refused.
 #[derive(Debug)]
 pub(crate) struct Usage {
-    cap_bytes: u64,
-    max_table_elements: u32,
+    limits: RunLimits,
     refused: AtomicBool,
     /// The linear memory's current size.
     memory_bytes: AtomicU64,
@@ -44,8 +43,7 @@ pub(crate) struct Usage {
 impl Usage {
     pub(crate) fn new(limits: RunLimits) -> Self {
         Self {
-            cap_bytes: limits.max_memory_bytes,
-            max_table_elements: limits.max_table_elements,
+            limits,
             refused: AtomicBool::new(false),
             memory_bytes: AtomicU64::new(0),
             table_bytes: AtomicU64::new(0),
@@ -64,7 +62,8 @@ impl Usage {
     /// Whether a linear memory of `bytes` fits beside the tables' reservations; when it does,
     /// it is the memory's size from now on. A refusal is recorded.
     pub(crate) fn memory_fits(&self, bytes: u64) -> bool {
-        let fits = bytes.saturating_add(self.table_bytes.load(Ordering::Acquire)) <= self.cap_bytes;
+        let tables = self.table_bytes.load(Ordering::Acquire);
+        let fits = bytes.saturating_add(tables) <= self.limits.max_memory_bytes;
         if fits {
             self.memory_bytes.store(bytes, Ordering::Release);
         } else {
@@ -77,7 +76,7 @@ impl Usage {
     /// reserved against the cap. `Err` (recorded as a refusal) when its minimum is above the
     /// bound or the reservation does not fit beside the memory and the other tables.
     fn table(&self, ty: &TableType) -> Result<TableType, String> {
-        let bound = self.max_table_elements;
+        let bound = self.limits.max_table_elements;
         if ty.minimum > bound {
             self.refuse();
             return Err(format!(
@@ -85,18 +84,14 @@ impl Usage {
                 ty.minimum
             ));
         }
-        let limits = RunLimits {
-            max_memory_bytes: self.cap_bytes,
-            max_table_elements: bound,
-        };
-        let reservation = limits.table_reservation(ty.maximum.map(u64::from));
+        let reservation = self.limits.table_reservation(ty.maximum.map(u64::from));
         let reserved = self.table_bytes.load(Ordering::Acquire) + reservation;
-        if self.memory_bytes.load(Ordering::Acquire) + reserved > self.cap_bytes {
+        if self.memory_bytes.load(Ordering::Acquire) + reserved > self.limits.max_memory_bytes {
             self.refuse();
             return Err(format!(
                 "the module's memory and tables together are above the cap of {} bytes \
                  (a table of up to {} elements reserves {reservation} bytes)",
-                self.cap_bytes,
+                self.limits.max_memory_bytes,
                 reservation / hako_engine_api::TABLE_ELEMENT_BYTES
             ));
         }
