@@ -243,7 +243,7 @@ impl WasmerEngine {
             }
             #[cfg(feature = "llvm")]
             Compiler::Llvm => {
-                let mut llvm = wasmer::sys::LLVM::new();
+                let mut llvm = wasmer_compiler_llvm::LLVM::new();
                 llvm.push_middleware(DeadlineChecks::new());
                 EngineBuilder::new(llvm)
             }
