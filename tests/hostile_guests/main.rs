@@ -6,7 +6,8 @@
 //! - the process lives (a module that ends it is left at [`last_module`] for `hako run`);
 //! - the call ends with a result or a crash kind, never a host error, within the limit plus
 //!   [`GRACE`] (an overrun is timed twice more, and only one that overruns every time fails:
-//!   the machine may be busy, a host call that runs on is not);
+//!   the machine may be busy, a host call that runs on is not); a call that has not ended
+//!   after [`HANG`] is a hang, and ends the run at once with the module kept ([`Watch`]);
 //! - the process's peak resident set grows during the call by less than the cap plus
 //!   [`OVERHEAD`], what the host may hold beside a guest's memory and tables.
 //!
@@ -37,6 +38,10 @@ const LIMIT: Duration = Duration::from_millis(50);
 
 /// How far past its limit a call may end.
 const GRACE: Duration = Duration::from_millis(100);
+
+/// How long a call may go on before the run is stopped as hung: a deadlock in the host would
+/// otherwise hold the test (and CI) until something kills it.
+const HANG: Duration = Duration::from_secs(20);
 
 /// The memory cap of the drawn modules' calls.
 const CAP_MIB: u64 = 16;
@@ -79,6 +84,7 @@ fn main() -> ExitCode {
                 .map_or(0, |since| since.as_nanos() as u64)
         });
     let mut fuzzer = Fuzzer::new();
+    Watch::start();
     println!(
         "{NAME}: seed {seed}, {seconds} s, on {}; a module that ends this process is left at {}",
         fuzzer
@@ -113,6 +119,42 @@ fn main() -> ExitCode {
         fuzzer.run_module("drawn", &wasm, CAP_MIB);
     }
     fuzzer.report(started.elapsed())
+}
+
+/// The watch over the call under way: a thread that ends the process, saying which call hung
+/// and keeping its module, once one has run for [`HANG`].
+struct Watch;
+
+static WATCHED: std::sync::Mutex<Option<(Instant, String)>> = std::sync::Mutex::new(None);
+
+impl Watch {
+    fn start() {
+        std::thread::spawn(|| loop {
+            std::thread::sleep(Duration::from_millis(500));
+            let watched = WATCHED.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((since, call)) = watched.as_ref() {
+                if since.elapsed() > HANG {
+                    let kept =
+                        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hostile-guests-hang.wasm");
+                    let _ = std::fs::copy(last_module(), &kept);
+                    eprintln!(
+                        "{NAME}: FAILED: {call}: the call has not ended after {HANG:?}, against \
+                         a limit of {LIMIT:?}: a hang (module: {})",
+                        kept.display()
+                    );
+                    std::process::exit(1);
+                }
+            }
+        });
+    }
+
+    fn call(call: String) {
+        *WATCHED.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), call));
+    }
+
+    fn ended() {
+        *WATCHED.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
 }
 
 /// Where the module being run is written first: the one to run again when a run ended the
@@ -254,7 +296,9 @@ impl Fuzzer {
             reset_peak();
             let before = resident("VmRSS");
             let started = Instant::now();
+            Watch::call(format!("{name} on {config}"));
             let outcome = call::call_tool(module, self.request(cap_mib), CallStats::default());
+            Watch::ended();
             let took = started.elapsed();
             let growth = resident("VmHWM").saturating_sub(before);
             let subject = &mut self.subjects[index];
