@@ -46,6 +46,11 @@ pub struct ServeArgs {
     /// An Origin allowed beside localhost, 127.0.0.1 and [::1] (repeatable; `*` allows any).
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     allowed_origins: Vec<String>,
+    /// A name a request's Host may give beside localhost, 127.0.0.1, [::1] and the bound
+    /// address (repeatable). On a loopback address every other Host is refused (421), against
+    /// DNS rebinding; elsewhere Host is checked only when a name is given here.
+    #[arg(long = "allow-host", value_name = "NAME", value_parser = crate::serve::hosts::parse_allowed_host)]
+    allowed_hosts: Vec<String>,
     /// The operator policy file (allowlists, credentials).
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
@@ -87,6 +92,10 @@ pub struct ServeArgs {
     /// Milliseconds a request's whole body may take to arrive; then 408 (default: 30000).
     #[arg(long, value_name = "MS")]
     body_timeout_ms: Option<u64>,
+    /// Milliseconds a response or SSE stream may wait for the client to take any of its bytes;
+    /// then the connection is closed (default: 30000).
+    #[arg(long, value_name = "MS")]
+    write_timeout_ms: Option<u64>,
     /// The longest time limit a caller may ask for, in ms (default: 30000, a call's default).
     #[arg(long, value_name = "MS")]
     max_timeout_ms: Option<u64>,
@@ -146,6 +155,7 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
     )
     .map_err(|err| Failure::Usage(err.to_string()))?;
     config.allowed_origins = args.allowed_origins.clone();
+    config.allowed_hosts = args.allowed_hosts.clone();
     config.policy = args.policy.clone();
     config.engine = EngineConfig::new(args.engine, args.compiler)
         .map_err(|err| Failure::Usage(err.to_string()))?;
@@ -190,6 +200,9 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
     }
     if let Some(ms) = args.body_timeout_ms {
         config.body_timeout = Duration::from_millis(ms.max(1));
+    }
+    if let Some(ms) = args.write_timeout_ms {
+        config.write_timeout = Duration::from_millis(ms.max(1));
     }
     let max = &mut config.caps.max;
     if let Some(ms) = args.max_timeout_ms {

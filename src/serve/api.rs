@@ -18,12 +18,15 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use serde_json::{json, Value};
 
+use super::body;
 use super::calls::CallError;
-use super::http::{self, problem, Body};
+use super::fault;
 use super::mcp::{nesting_exceeds, MAX_NESTING};
 use super::pool::Rejected;
+use super::response::{self, problem, Body};
 use super::roles::Caller;
-use super::{fault, Server};
+use super::server::Server;
+use crate::compile::CompileError;
 use crate::package::{self, LoadError};
 use crate::store::remote::RemoteError;
 use crate::store::{PutResult, StoreError};
@@ -33,7 +36,7 @@ use crate::upload::{self, UploadError, UploadOptions};
 pub fn list(server: &Server, caller: Caller<'_>) -> Response<Body> {
     let names = match server.calls.store().list() {
         Ok(names) => names,
-        Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
+        Err(err) => return response::internal(&err),
     };
     let packages: Vec<Value> = names
         .iter()
@@ -49,7 +52,7 @@ pub fn list(server: &Server, caller: Caller<'_>) -> Response<Body> {
             })
         })
         .collect();
-    http::json(StatusCode::OK, &json!({ "packages": packages }))
+    response::json(StatusCode::OK, &json!({ "packages": packages }))
 }
 
 /// `GET /v1/packages/{name}`.
@@ -57,7 +60,7 @@ pub fn show(server: &Server, name: &str) -> Response<Body> {
     match server.calls.package(name) {
         Ok(served) => {
             let record = &served.stored.record;
-            http::json(
+            response::json(
                 StatusCode::OK,
                 &json!({
                     "name": record.name,
@@ -69,8 +72,7 @@ pub fn show(server: &Server, name: &str) -> Response<Body> {
                 }),
             )
         }
-        Err(err @ CallError::UnknownPackage(_)) => problem(StatusCode::NOT_FOUND, &err.to_string()),
-        Err(err) => problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
+        Err(err) => response::not_served(&err),
     }
 }
 
@@ -89,7 +91,7 @@ impl UploadFailure {
 
     fn response(self) -> Response<Body> {
         match self {
-            UploadFailure::Refused(problems) => http::json(
+            UploadFailure::Refused(problems) => response::json(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 &json!({"refused": true, "problems": problems}),
             ),
@@ -107,9 +109,9 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
     let max = server.config.max_upload_bytes;
     // A body of unknown length may take up to the largest upload.
     let reserved =
-        http::declared_length(&request).map_or(max as u64, |length| length.min(max as u64));
+        body::declared_length(&request).map_or(max as u64, |length| length.min(max as u64));
     let Some(_in_flight) = server.upload_budget.reserve(reserved) else {
-        return http::busy(
+        return response::busy(
             "application/json",
             json!({"error": format!(
                 "uploads in flight already hold what this server allows ({} bytes, hako serve \
@@ -122,7 +124,7 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
     let store = server.calls.store().clone();
     let staging = match store.staging() {
         Ok(staging) => staging,
-        Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
+        Err(err) => return response::internal(&err),
     };
     let archive = match tempfile::Builder::new()
         .prefix("upload-")
@@ -130,14 +132,14 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
         .tempfile_in(&staging)
     {
         Ok(archive) => archive,
-        Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
+        Err(err) => return response::internal(&err),
     };
     let mut file = match archive.reopen() {
         Ok(file) => tokio::fs::File::from_std(file),
-        Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
+        Err(err) => return response::internal(&err),
     };
     if let Err(response) =
-        http::stream_body(request, max, server.config.body_timeout, &mut file).await
+        body::stream_to_file(request, max, server.config.body_timeout, &mut file).await
     {
         return response;
     }
@@ -165,6 +167,18 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
             Err(UploadError::Refused(refusal)) => Err(UploadFailure::Refused(json!([
                 {"rule": "discovery", "message": refusal.to_string()}
             ]))),
+            // What a crashed compiler printed names files of this machine: it goes to the
+            // log, under the id the client is told.
+            Err(UploadError::Compile(err @ CompileError::Crashed { .. })) => {
+                let id = fault::log(&err);
+                Err(UploadFailure::Refused(json!([{
+                    "rule": "compile.crash",
+                    "message": format!(
+                        "the compiler crashed on the module, which is refused (request id {id}; \
+                         the server's log has what the compiler said)"
+                    ),
+                }])))
+            }
             Err(err) if err.compile_rule().is_some() => Err(UploadFailure::Refused(json!([
                 {"rule": err.compile_rule(), "message": crate::error_chain(&err)}
             ]))),
@@ -186,20 +200,23 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
                         return UploadFailure::Refused(refused_version(&err)).response()
                     }
                     Err(err) => {
-                        return http::busy(
+                        let id = fault::log(&err);
+                        return response::busy(
                             "application/json",
                             json!({"error": format!(
-                                "the version was not published, and is not served: {err}"
+                                "the version was not published to the bucket, and is not \
+                                 served; try again shortly (request id {id}; the server's log \
+                                 has the cause)"
                             )})
                             .to_string(),
-                        )
+                        );
                     }
                 }
             }
             None => uploaded,
         },
         Ok(Err(failure)) => return failure.response(),
-        Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
+        Err(err) => return response::internal(&err),
     };
     drop(held);
     let status = match uploaded.put {
@@ -208,7 +225,7 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
     };
     let mut summary = uploaded.to_json();
     summary["tools"] = json!(std::mem::take(&mut uploaded.tools));
-    http::json(status, &summary)
+    response::json(status, &summary)
 }
 
 /// An upload stored in the store, and what the package offered before it.
@@ -226,12 +243,9 @@ fn refused_version(err: &dyn std::fmt::Display) -> Value {
 pub async fn call(server: &Arc<Server>, name: &str, request: Request<Incoming>) -> Response<Body> {
     let served = match server.calls.package(name) {
         Ok(served) => served,
-        Err(err @ CallError::UnknownPackage(_)) => {
-            return problem(StatusCode::NOT_FOUND, &err.to_string())
-        }
-        Err(err) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
+        Err(err) => return response::not_served(&err),
     };
-    let body = match http::read_body(
+    let body = match body::read_whole(
         request,
         server.config.max_body_bytes,
         server.config.body_timeout,
@@ -271,14 +285,14 @@ pub async fn call(server: &Arc<Server>, name: &str, request: Request<Incoming>) 
         .call(served, tool.to_string(), arguments, limits)
         .await
     {
-        Ok(outcome) => http::json(StatusCode::OK, &outcome.to_json()),
+        Ok(outcome) => response::json(StatusCode::OK, &outcome.to_json()),
         Err(err @ CallError::UnknownTool { .. }) => {
             problem(StatusCode::NOT_FOUND, &err.to_string())
         }
-        Err(err @ CallError::Rejected(Rejected::Busy | Rejected::Closed)) => http::busy(
+        Err(err @ CallError::Rejected(Rejected::Busy | Rejected::Closed)) => response::busy(
             "application/json",
             json!({"error": err.to_string()}).to_string(),
         ),
-        Err(err) => problem(StatusCode::INTERNAL_SERVER_ERROR, &fault::report(&err)),
+        Err(err) => response::internal(&err),
     }
 }

@@ -5,12 +5,21 @@
 //! What this file does not do: decide which failures are the client's (those are answered
 //! with their reason, as 4xx or JSON-RPC errors, where they happen).
 
+use super::ids::uuid_v4;
+
 /// Logs `error` with its causes under a new request id (a random UUID, as session ids are),
 /// and returns what the client is told.
 pub fn report(error: &(dyn std::error::Error + 'static)) -> String {
-    let id = super::sse::uuid_v4();
-    tracing::error!(request_id = %id, "{}", crate::error_chain(error));
+    let id = log(error);
     format!("the server failed to handle this request (request id {id}); its log has the cause")
+}
+
+/// Logs `error` with its causes under a new request id, and returns the id, for an answer that
+/// says more than [`report`] of what did not happen.
+pub fn log(error: &(dyn std::error::Error + 'static)) -> String {
+    let id = uuid_v4();
+    tracing::error!(request_id = %id, "{}", crate::error_chain(error));
+    id
 }
 
 #[cfg(test)]

@@ -1,11 +1,9 @@
-//! The HTTP front end: accepting connections (HTTP/1.1, hyper), the checks every request
-//! passes before anything else — an `Origin`, when present, must be loopback or allowed by
-//! the operator (403); a Bearer token the server knows, when any is configured (401;
-//! `/healthz` and `/readyz` are exempt so probes need no secret), whose role covers the route and whose
-//! packages include the one the route names (403, see [`super::roles`]) — the routes, bounded
-//! request bodies (413), and the
-//! graceful stop: no new connections, SSE sessions closed, in-flight requests (and so their
-//! calls) finished within the drain time.
+//! The HTTP router: the checks every request passes before anything else, in this order —
+//! its `Host` must name this server (421, see [`super::hosts`]); an `Origin`, when present,
+//! must be loopback or allowed by the operator (403); a Bearer token the server knows, when
+//! any is configured (401; `/healthz` and `/readyz` are exempt so probes need no secret),
+//! whose role covers the route and whose packages include the one the route names (403, see
+//! [`super::roles`]) — and then the routes.
 //!
 //! Routes (the handlers live in [`super::api`], [`super::mcp`] via `streamable`, and
 //! [`super::sse`]):
@@ -22,236 +20,33 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
+use serde_json::json;
 
 use super::calls::Served;
+use super::hosts::origin_allowed;
 use super::mcp::{self, Dispatch};
+use super::response::{self, empty, forbidden, json, problem, respond, Body};
 use super::roles::Caller;
-use super::{api, sse, Server};
+use super::server::Server;
+use super::{api, body, sse};
 
-/// A response body: whole, or an SSE stream.
-pub type Body = BoxBody<Bytes, Infallible>;
-
-/// How long a client told "busy" should wait before trying again, in seconds.
-pub const RETRY_AFTER_SECONDS: &str = "1";
-
-/// A whole response body.
-pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).boxed()
-}
-
-/// A response with a body and a content type.
-pub fn respond(
-    status: StatusCode,
-    content_type: &'static str,
-    body: impl Into<Bytes>,
-) -> Response<Body> {
-    let mut response = Response::new(full(body));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    response
-}
-
-/// A JSON response.
-pub fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
-    respond(status, "application/json", value.to_string())
-}
-
-/// A JSON error response: `{"error": message}`.
-pub fn problem(status: StatusCode, message: &str) -> Response<Body> {
-    json(status, &serde_json::json!({"error": message}))
-}
-
-/// An empty response.
-pub fn empty(status: StatusCode) -> Response<Body> {
-    let mut response = Response::new(full(Bytes::new()));
-    *response.status_mut() = status;
-    response
-}
-
-/// 503 with `Retry-After`: the call queue is full.
-pub fn busy(content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
-    let mut response = respond(StatusCode::SERVICE_UNAVAILABLE, content_type, body);
-    response.headers_mut().insert(
-        header::RETRY_AFTER,
-        HeaderValue::from_static(RETRY_AFTER_SECONDS),
-    );
-    response
-}
-
-/// The request's body, whole: at most `limit` bytes (413 beyond), received within `deadline`
-/// from when the handler starts reading it (408 after), so that a client sending slowly
-/// cannot hold a connection and its buffers for long.
-pub async fn read_body(
-    request: Request<Incoming>,
-    limit: usize,
-    deadline: Duration,
-) -> Result<Bytes, Response<Body>> {
-    if let Some(refusal) = declared_above(&request, limit) {
-        return Err(refusal);
-    }
-    let collected =
-        tokio::time::timeout(deadline, Limited::new(request.into_body(), limit).collect());
-    let Ok(collected) = collected.await else {
-        return Err(timed_out(deadline));
-    };
-    collected
-        .map(|collected| collected.to_bytes())
-        .map_err(|err| unreadable(err.as_ref(), limit))
-}
-
-/// 413 for a body that [`Limited`] cut at `limit`, 400 for one that could not be read.
-fn unreadable(
-    err: &(dyn std::error::Error + Send + Sync + 'static),
-    limit: usize,
-) -> Response<Body> {
-    if err.is::<http_body_util::LengthLimitError>() {
-        return too_large(limit);
-    }
-    problem(
-        StatusCode::BAD_REQUEST,
-        &format!("reading the request body: {err}"),
-    )
-}
-
-/// 413 for a body over `limit` bytes.
-fn too_large(limit: usize) -> Response<Body> {
-    problem(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        &format!("the request body is larger than {limit} bytes"),
-    )
-}
-
-/// 408 for a body that did not arrive within `deadline`.
-fn timed_out(deadline: Duration) -> Response<Body> {
-    problem(
-        StatusCode::REQUEST_TIMEOUT,
-        &format!(
-            "the request body did not arrive within {} ms (hako serve --body-timeout-ms)",
-            deadline.as_millis()
-        ),
-    )
-}
-
-/// The 413 to answer before anything is read, when the request declares a body over `limit`
-/// bytes.
-fn declared_above(request: &Request<Incoming>, limit: usize) -> Option<Response<Body>> {
-    declared_length(request)
-        .is_some_and(|length| length > limit as u64)
-        .then(|| too_large(limit))
-}
-
-/// The body's length as the request declares it, if it does.
-pub fn declared_length(request: &Request<Incoming>) -> Option<u64> {
-    request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse::<u64>().ok())
-}
-
-/// Streams the request's body into `file` as it arrives, with the bounds of [`read_body`]: at
-/// most `limit` bytes (413), within `deadline` (408). Nothing of it is held in memory but the
-/// frame being written.
-pub async fn stream_body(
-    request: Request<Incoming>,
-    limit: usize,
-    deadline: Duration,
-    file: &mut tokio::fs::File,
-) -> Result<(), Response<Body>> {
-    use http_body_util::BodyExt;
-    use tokio::io::AsyncWriteExt;
-    if let Some(refusal) = declared_above(&request, limit) {
-        return Err(refusal);
-    }
-    let mut body = Limited::new(request.into_body(), limit);
-    let failed = |err: &std::io::Error| {
-        problem(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &super::fault::report(err),
-        )
-    };
-    let receive = async {
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|err| unreadable(err.as_ref(), limit))?;
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            file.write_all(&data).await.map_err(|err| failed(&err))?;
-        }
-        // tokio's file hands writes to a blocking thread: the last one may still be under way
-        // when `write_all` returns, and the file is read next through another descriptor.
-        file.flush().await.map_err(|err| failed(&err))
-    };
-    match tokio::time::timeout(deadline, receive).await {
-        Ok(received) => received,
-        Err(_) => Err(timed_out(deadline)),
-    }
-}
-
-/// Whether an `Origin` header value names this machine: `http(s)://localhost`,
-/// `127.0.0.1` or `[::1]`, any port.
-pub fn is_local_origin(origin: &str) -> bool {
-    let Some(rest) = origin
-        .strip_prefix("http://")
-        .or_else(|| origin.strip_prefix("https://"))
-    else {
-        return false;
-    };
-    let (host, port) = match rest.strip_prefix('[') {
-        Some(v6) => match v6.split_once(']') {
-            Some(split) => split,
-            None => return false,
-        },
-        None => rest.split_at(rest.find(':').unwrap_or(rest.len())),
-    };
-    let port_ok = port.is_empty()
-        || port
-            .strip_prefix(':')
-            .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()));
-    port_ok
-        && matches!(
-            host.to_ascii_lowercase().as_str(),
-            "localhost" | "127.0.0.1" | "::1"
-        )
-}
-
-fn origin_allowed(server: &Server, origin: &str) -> bool {
-    is_local_origin(origin)
-        || server
-            .config
-            .allowed_origins
-            .iter()
-            .any(|allowed| allowed == "*" || allowed.eq_ignore_ascii_case(origin))
-}
-
-/// 403: the caller's token does not cover this route.
-fn forbidden(what: &str) -> Response<Body> {
-    problem(StatusCode::FORBIDDEN, &format!("this token may not {what}"))
-}
-
-/// A 403 when `caller` may not use `package`.
-pub(super) fn out_of_scope(caller: Caller<'_>, package: &str) -> Option<Response<Body>> {
-    (!caller.may_use(package)).then(|| forbidden(&format!("use the package {package:?}")))
-}
-
-/// `GET /readyz` (no token needed): 200 when the server can take work, 503 while the bucket it follows was not
-/// reachable at the last attempt (it still serves what its cache holds).
+/// `GET /readyz` (no token needed): 200 when the server can take work, 503 while the bucket it
+/// follows was not reachable at the last attempt (it still serves what its cache holds). What
+/// went wrong stays in the log (the follower warns of each failed refresh): a probe is told
+/// only that the bucket was out of reach.
 fn readyz(server: &Server) -> Response<Body> {
     match server.follower.as_ref().map(|follower| follower.ready()) {
-        None | Some(Ok(())) => json(StatusCode::OK, &serde_json::json!({"ready": true})),
-        Some(Err(err)) => json(
+        None | Some(Ok(())) => json(StatusCode::OK, &json!({"ready": true})),
+        Some(Err(_)) => json(
             StatusCode::SERVICE_UNAVAILABLE,
-            &serde_json::json!({"ready": false, "store": err}),
+            &json!({
+                "ready": false,
+                "store": "the bucket could not be reached at the last refresh; the log has the cause",
+            }),
         ),
     }
 }
@@ -261,6 +56,9 @@ pub async fn route(
     server: Arc<Server>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
+    if let Some(refusal) = server.hosts.refusal(&request) {
+        return Ok(refusal);
+    }
     let path = request.uri().path().to_string();
     let method = request.method().clone();
     if path == "/healthz" && (method == Method::GET || method == Method::HEAD) {
@@ -273,7 +71,7 @@ pub async fn route(
     }
     if let Some(origin) = request.headers().get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
-        if !origin_allowed(&server, origin) {
+        if !origin_allowed(&server.config.allowed_origins, origin) {
             return Ok(problem(
                 StatusCode::FORBIDDEN,
                 &format!("origin {origin:?} is not allowed"),
@@ -298,7 +96,7 @@ pub async fn route(
     | ["v1", "packages", name, "call"]
     | ["mcp" | "sse" | "message", name] = segments.as_slice()
     {
-        if let Some(response) = out_of_scope(caller, name) {
+        if let Some(response) = response::out_of_scope(caller, name) {
             return Ok(response);
         }
         // On a bucket, a package the cache does not hold yet is fetched now, once.
@@ -370,12 +168,12 @@ fn session_id(request: &Request<Incoming>) -> Option<String> {
         .find_map(|pair| pair.strip_prefix("sessionId=").map(str::to_string))
 }
 
-/// The package `name`, or a 404.
+/// The package `name`, or the answer that it is not served.
 fn served(server: &Server, name: &str) -> Result<Arc<Served>, Box<Response<Body>>> {
     server
         .calls
         .package(name)
-        .map_err(|err| Box::new(problem(StatusCode::NOT_FOUND, &err.to_string())))
+        .map_err(|err| Box::new(response::not_served(&err)))
 }
 
 /// Sends a dispatched message's answer in the response body: 200 with JSON, 202 empty for a
@@ -387,7 +185,7 @@ async fn answer_in_body(dispatch: Dispatch) -> Response<Body> {
             respond(StatusCode::OK, "application/json", pending.answer().await)
         }
         Dispatch::Silent => empty(StatusCode::ACCEPTED),
-        Dispatch::Busy(answer) => busy("application/json", answer),
+        Dispatch::Busy(answer) => response::busy("application/json", answer),
     }
 }
 
@@ -401,7 +199,7 @@ async fn streamable(
         Ok(package) => package,
         Err(response) => return *response,
     };
-    let body = match read_body(
+    let body = match body::read_whole(
         request,
         server.config.max_body_bytes,
         server.config.body_timeout,
@@ -435,20 +233,15 @@ async fn one_shot(
                     ),
                 )
             }
-            Err(err) => {
-                return problem(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    &super::fault::report(&err),
-                )
-            }
+            Err(err) => return response::internal(&err),
         },
     };
-    if let Some(response) = out_of_scope(caller, &name) {
+    if let Some(response) = response::out_of_scope(caller, &name) {
         return response;
     }
     let mut response = match served(server, &name) {
         Err(response) => *response,
-        Ok(package) => match read_body(
+        Ok(package) => match body::read_whole(
             request,
             server.config.max_body_bytes,
             server.config.body_timeout,
@@ -463,35 +256,4 @@ async fn one_shot(
         .headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn loopback_origins_are_local_and_others_are_not() {
-        for origin in [
-            "http://localhost",
-            "http://localhost:3000",
-            "https://127.0.0.1:8443",
-            "http://[::1]:8080",
-            "http://[::1]",
-            "HTTP://LOCALHOST".to_ascii_lowercase().as_str(),
-        ] {
-            assert!(is_local_origin(origin), "{origin}");
-        }
-        for origin in [
-            "http://example.com",
-            "http://localhost.example.com",
-            "http://127.0.0.1.nip.io",
-            "null",
-            "file://localhost",
-            "http://localhost:80x",
-            "http://[::2]:80",
-            "http://[::1]x",
-        ] {
-            assert!(!is_local_origin(origin), "{origin}");
-        }
-    }
 }

@@ -4,31 +4,43 @@
 //! One tokio runtime runs the front end; calls run on a bounded pool of guest threads
 //! ([`pool`]) behind a bounded queue, refused with 503 and `Retry-After` beyond it, and share
 //! loaded modules through one LRU ([`calls`]). The transport boundaries are enforced where
-//! they belong: message checks in [`mcp`], the stdio line cap in [`stdio`], body sizes, the
-//! Bearer tokens (with their [`roles`]) and the `Origin` check in [`http`], sessions in
-//! [`sse`]. The server binds loopback unless told otherwise, and refuses to bind anything else
-//! without tokens. On
-//! SIGTERM or SIGINT (and at end of input in stdio mode) it stops taking work, finishes the
-//! calls it accepted within the drain time, and returns.
+//! they belong: message checks in [`mcp`], the stdio line cap in [`stdio`], body sizes and
+//! times in [`body`], the `Host` and `Origin` checks in [`hosts`], the Bearer tokens (with
+//! their [`roles`]) in [`http`], sessions in [`sessions`], stalled writes in [`timeouts`].
+//! The server binds loopback unless told otherwise, and refuses to bind anything else without
+//! tokens. On SIGTERM or SIGINT (and at end of input in stdio mode) it stops taking work,
+//! finishes the calls it accepted within the drain time, and returns.
+//!
+//! The modules' uses run one way: this file (the entry points) → [`http`] (the router) → the
+//! handlers ([`api`], [`sse`], [`mcp`]) → what they share ([`server`], [`config`],
+//! [`sessions`], [`calls`], [`response`], [`body`], [`fault`], [`ids`], …); a test below keeps
+//! it so.
 //!
 //! This module does not check, compile or discover packages itself: uploads go through
 //! [`crate::upload`], calls through [`crate::call`].
 
 mod accept;
 pub mod api;
+pub mod body;
 pub mod calls;
+pub mod config;
 pub mod fault;
 pub mod follow;
+pub mod hosts;
 pub mod http;
+pub mod ids;
 pub mod mcp;
 pub mod metrics;
 pub mod pool;
+pub mod response;
 pub mod roles;
+pub mod server;
+pub mod sessions;
 pub mod sse;
 pub mod stdio;
+pub mod timeouts;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,88 +49,12 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
-use crate::compile::CompileBounds;
-use crate::engines::EngineConfig;
 use crate::http::{Policy, PolicyError};
 use crate::store::{Store, StoreError};
 use calls::Calls;
+pub use config::ServeConfig;
 use pool::GuestPool;
-use sse::Sessions;
-
-/// How a server runs.
-#[derive(Debug, Clone)]
-pub struct ServeConfig {
-    pub store: PathBuf,
-    pub listen: SocketAddr,
-    /// The tokens requests must carry (every route but `/healthz`), with their roles; none:
-    /// every route open.
-    pub tokens: roles::Tokens,
-    /// Origins allowed beside loopback ones (`*`: any).
-    pub allowed_origins: Vec<String>,
-    pub policy: Option<PathBuf>,
-    /// The engine and compiler whose code runs.
-    pub engine: EngineConfig,
-    /// Guest threads (calls running at once).
-    pub workers: usize,
-    /// Accepted calls that may wait for a guest thread.
-    pub queue: usize,
-    /// Loaded modules kept in memory.
-    pub cached_modules: usize,
-    /// The largest JSON request body (MCP messages, calls).
-    pub max_body_bytes: usize,
-    /// The largest upload (a package archive).
-    pub max_upload_bytes: usize,
-    /// How long an SSE stream may be idle before a keepalive comment.
-    pub keepalive: Duration,
-    /// How long a stop waits for in-flight requests and calls.
-    pub drain: Duration,
-    /// The most limits a caller may ask for (default: the call defaults).
-    pub caps: calls::LimitCaps,
-    /// How long a request's whole body may take to arrive.
-    pub body_timeout: Duration,
-    /// The bytes all uploads may hold at once.
-    pub max_upload_in_flight: u64,
-    /// How long a connection may take to send a request's headers, and so how long a
-    /// kept-alive connection may stay idle.
-    pub idle_timeout: Duration,
-    /// Connections open at once; `None`: sized from the descriptor limit.
-    pub max_connections: Option<usize>,
-    /// The bucket the store (then a cache folder) follows, if any.
-    pub follow: Option<follow::FollowConfig>,
-    /// The bounds of every compile (uploads, and calls that find no artifact).
-    pub compile: CompileBounds,
-}
-
-impl ServeConfig {
-    /// The defaults for a store: loopback port 7340, no token, one guest thread per core, a
-    /// queue of 64 calls per thread, 4 MiB bodies, 128 MiB uploads, 15 s keepalives, 45 s
-    /// drain (longer than a call's default 30 s limit).
-    pub fn new(store: PathBuf) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        Self {
-            store,
-            listen: SocketAddr::from(([127, 0, 0, 1], 7340)),
-            tokens: roles::Tokens::none(),
-            allowed_origins: Vec::new(),
-            policy: None,
-            engine: EngineConfig::DEFAULT,
-            workers: cores,
-            queue: cores * 64,
-            cached_modules: 64,
-            max_body_bytes: 4 * 1024 * 1024,
-            max_upload_bytes: 128 * 1024 * 1024,
-            keepalive: Duration::from_secs(15),
-            drain: Duration::from_secs(45),
-            caps: calls::LimitCaps::default(),
-            compile: CompileBounds::DEFAULT,
-            body_timeout: Duration::from_secs(30),
-            max_upload_in_flight: 256 * 1024 * 1024,
-            idle_timeout: Duration::from_secs(30),
-            max_connections: None,
-            follow: None,
-        }
-    }
-}
+use server::Server;
 
 /// Why a server did not start.
 #[derive(Debug, thiserror::Error)]
@@ -145,62 +81,6 @@ pub enum ServeError {
     Broker(#[from] crate::http::BrokerError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
-}
-
-/// What every request handler shares.
-pub struct Server {
-    pub config: ServeConfig,
-    pub calls: Arc<Calls>,
-    pub sessions: Sessions,
-    /// Uploads compile; one runs at a time.
-    uploads: tokio::sync::Mutex<()>,
-    /// The bytes of upload bodies received or being received, over all uploads.
-    pub upload_budget: UploadBudget,
-    /// The bucket the store follows, if any.
-    pub follower: Option<Arc<follow::Follower>>,
-}
-
-/// A bound on the bytes that uploads hold at once (on disk, in the staging folder): each
-/// reserves its declared length before its body is read, and gives it back when it is done.
-pub struct UploadBudget {
-    total: u64,
-    left: std::sync::Mutex<u64>,
-}
-
-impl UploadBudget {
-    pub fn new(total: u64) -> Self {
-        Self {
-            total,
-            left: std::sync::Mutex::new(total),
-        }
-    }
-
-    /// The bound, in bytes.
-    pub fn total(&self) -> u64 {
-        self.total
-    }
-
-    /// Reserves `bytes`, or `None` when fewer are left.
-    pub fn reserve(&self, bytes: u64) -> Option<Reserved<'_>> {
-        let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
-        *left = left.checked_sub(bytes)?;
-        Some(Reserved {
-            budget: self,
-            bytes,
-        })
-    }
-}
-
-/// Bytes reserved from an [`UploadBudget`], given back when dropped.
-pub struct Reserved<'a> {
-    budget: &'a UploadBudget,
-    bytes: u64,
-}
-
-impl Drop for Reserved<'_> {
-    fn drop(&mut self) {
-        *self.budget.left.lock().unwrap_or_else(|p| p.into_inner()) += self.bytes;
-    }
 }
 
 /// Guest code runs on the pool's threads; wasmer's own stack switching keeps deep guest
@@ -302,21 +182,15 @@ pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(
                 addr: config.listen,
                 source,
             })?;
-        ready(listener.local_addr()?);
+        let bound = listener.local_addr()?;
+        ready(bound);
         let drain = config.drain;
-        let max_upload_in_flight = config.max_upload_in_flight;
         let idle_timeout = config.idle_timeout;
+        let write_timeout = config.write_timeout;
         let max_connections = config
             .max_connections
             .unwrap_or_else(accept::default_max_connections);
-        let server = Arc::new(Server {
-            config,
-            calls: Arc::clone(&calls),
-            sessions: Sessions::default(),
-            uploads: tokio::sync::Mutex::new(()),
-            upload_budget: UploadBudget::new(max_upload_in_flight),
-            follower,
-        });
+        let server = Arc::new(Server::new(config, bound, Arc::clone(&calls), follower));
         let graceful = GracefulShutdown::new();
         let stop = stop_signal();
         tokio::pin!(stop);
@@ -333,7 +207,10 @@ pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(
                         // connection is ready for them: so also how long a kept-alive
                         // connection may stay idle.
                         .header_read_timeout(idle_timeout)
-                        .serve_connection(TokioIo::new(stream), service);
+                        .serve_connection(
+                            TokioIo::new(timeouts::stalled_writes_end(stream, write_timeout)),
+                            service,
+                        );
                     let connection = graceful.watch(connection);
                     tokio::spawn(async move {
                         let _open = permit;
@@ -385,4 +262,132 @@ pub fn run_stdio(config: ServeConfig, name: &str) -> Result<(), ServeError> {
     // The stdin reader may still block on a read after a signal; it must not hold the exit.
     runtime.shutdown_background();
     served
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// The modules of this folder each file uses: `super::x` in a module's file, `x::` in this
+    /// one (not `crate::x::`, another module's). A `super::` name that is no module is an
+    /// arrow back to this file. Comments are not uses.
+    fn arrows() -> BTreeMap<String, BTreeSet<String>> {
+        let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/serve");
+        let mut files = BTreeMap::new();
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|ext| ext == "rs") {
+                let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+                files.insert(name, std::fs::read_to_string(&path).unwrap());
+            }
+        }
+        let modules: BTreeSet<String> = files.keys().filter(|n| *n != "mod").cloned().collect();
+        let mut arrows = BTreeMap::new();
+        for (name, text) in &files {
+            let code: String = text
+                .lines()
+                .filter(|line| !line.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let mut uses = BTreeSet::new();
+            // `super::{a, b::C}` is `super::a` and `super::b::C`.
+            let mut words: Vec<String> = Vec::new();
+            for (at, _) in code.match_indices("super::{") {
+                let group = &code[at + "super::{".len()..];
+                let group = &group[..group.find('}').unwrap_or(group.len())];
+                words.extend(
+                    group
+                        .split(',')
+                        .map(|item| format!("super::{}", item.trim())),
+                );
+            }
+            words.extend(
+                code.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                    .map(str::to_string),
+            );
+            for word in &words {
+                let parts: Vec<&str> = word.split("::").collect();
+                if name == "mod" {
+                    if parts.len() > 1 && modules.contains(parts[0]) && !word.starts_with("crate") {
+                        uses.insert(parts[0].to_string());
+                    }
+                } else if let Some(at) = parts.iter().position(|part| *part == "super") {
+                    // `super::super::…` leaves this folder; `super::*` in a test module is
+                    // the file's own items.
+                    match parts.get(at + 1) {
+                        Some(&"super") | Some(&"") | None => {}
+                        Some(next) if modules.contains(*next) => {
+                            uses.insert(next.to_string());
+                        }
+                        Some(_) if at == 0 => {
+                            uses.insert("mod".to_string());
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
+            uses.remove(name);
+            arrows.insert(name.clone(), uses);
+        }
+        arrows
+    }
+
+    /// A circle among `arrows`, as the modules on it, if there is one.
+    fn circle(arrows: &BTreeMap<String, BTreeSet<String>>) -> Option<String> {
+        // Depth-first, with the path so far: a module met again on it closes a circle.
+        fn visit(
+            module: &str,
+            arrows: &BTreeMap<String, BTreeSet<String>>,
+            path: &mut Vec<String>,
+            done: &mut BTreeSet<String>,
+        ) -> Option<String> {
+            if let Some(at) = path.iter().position(|on| on == module) {
+                return Some(format!("{} → {module}", path[at..].join(" → ")));
+            }
+            if !done.insert(module.to_string()) {
+                return None;
+            }
+            path.push(module.to_string());
+            for next in arrows.get(module).into_iter().flatten() {
+                if let Some(circle) = visit(next, arrows, path, done) {
+                    return Some(circle);
+                }
+            }
+            path.pop();
+            None
+        }
+        let mut done = BTreeSet::new();
+        arrows
+            .keys()
+            .find_map(|module| visit(module, arrows, &mut Vec::new(), &mut done))
+    }
+
+    #[test]
+    fn the_modules_uses_run_one_way() {
+        let arrows = arrows();
+        assert!(arrows["http"].contains("api") && arrows["sse"].contains("response"));
+        assert!(
+            arrows["config"].contains("roles"),
+            "a `super::{{…}}` group is read"
+        );
+        assert_eq!(circle(&arrows), None);
+    }
+
+    #[test]
+    fn a_circle_is_found() {
+        let arrows: BTreeMap<String, BTreeSet<String>> = [
+            ("http", &["api", "response"][..]),
+            ("api", &["fault"]),
+            ("fault", &["sse"]),
+            ("sse", &["http"]),
+            ("response", &[]),
+        ]
+        .into_iter()
+        .map(|(from, to)| (from.into(), to.iter().map(|t| t.to_string()).collect()))
+        .collect();
+        assert_eq!(
+            circle(&arrows).as_deref(),
+            Some("api → fault → sse → http → api")
+        );
+    }
 }

@@ -4,17 +4,18 @@
 //! `/message?sessionId=<random v4 UUID>`. A `POST` there is answered 202 with an empty body,
 //! and the JSON-RPC answer is published on the stream as a `message` event whose data is byte
 //! for byte the stdio answer; notifications publish nothing. An unknown or closed session is
-//! 404 before the message is read or dispatched. At most [`MAX_SESSIONS`] are open at once
-//! (503 beyond). A stream idle for the keepalive time (15 s by default) gets a `: keepalive`
-//! comment. A session ends when its client disconnects or the server stops.
+//! 404 before the message is read or dispatched. At most
+//! [`MAX_SESSIONS`](super::sessions::MAX_SESSIONS) are open at once (503 beyond). A stream
+//! idle for the keepalive time (15 s by default) gets a `: keepalive` comment. A session ends
+//! when its client disconnects, when its stream takes no bytes for the write timeout (the
+//! connection is closed, see [`super::timeouts`]), or when the server stops.
 //!
-//! This file owns the sessions and their streams; the messages themselves go through
-//! [`super::mcp::dispatch`].
+//! This file owns the sessions' streams; the table of sessions is [`super::sessions`], and the
+//! messages themselves go through [`super::mcp::dispatch`].
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -24,81 +25,12 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use tokio::sync::{mpsc, watch};
 
-use super::http::{self, problem, Body};
+use super::body;
 use super::mcp::{self, Dispatch};
+use super::response::{self, problem, Body};
 use super::roles::Caller;
-use super::Server;
-
-/// The most sessions open at once.
-pub const MAX_SESSIONS: usize = 16;
-
-/// How many answers may wait for a slow SSE reader before a `POST` waits in turn.
-const OUTBOX: usize = 64;
-
-/// The open sessions of a server.
-pub struct Sessions {
-    open: Mutex<HashMap<String, Session>>,
-    stopping: watch::Sender<bool>,
-}
-
-#[derive(Clone)]
-struct Session {
-    package: String,
-    outbox: mpsc::Sender<Vec<u8>>,
-}
-
-impl Default for Sessions {
-    fn default() -> Self {
-        Self {
-            open: Mutex::new(HashMap::new()),
-            stopping: watch::channel(false).0,
-        }
-    }
-}
-
-impl Sessions {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
-        self.open
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
-    }
-
-    /// How many sessions are open.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Ends every session and refuses new ones: the server is stopping.
-    pub fn close_all(&self) {
-        self.stopping.send_replace(true);
-    }
-
-    fn get(&self, id: &str) -> Option<Session> {
-        self.lock().get(id).cloned()
-    }
-}
-
-/// A random version 4 UUID, hyphenated.
-pub fn uuid_v4() -> String {
-    let mut bytes = [0u8; 16];
-    // The OS random source failing is not something a server can serve around.
-    getrandom::fill(&mut bytes).expect("the operating system provides random bytes");
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex = hex::encode(bytes);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
-}
+use super::server::Server;
+use super::sessions::{NotOpened, Opened};
 
 /// An SSE response body fed by a channel; it ends when the channel's sender is gone.
 struct EventStream {
@@ -138,37 +70,29 @@ async fn stopped(stopping: &mut watch::Receiver<bool>) {
 /// `GET /sse/{name}`: opens a session.
 pub fn open(server: &Arc<Server>, name: &str) -> Response<Body> {
     if let Err(err) = server.calls.package(name) {
-        return problem(StatusCode::NOT_FOUND, &err.to_string());
+        return response::not_served(&err);
     }
-    let sessions = &server.sessions;
-    if *sessions.stopping.borrow() {
-        return problem(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping");
-    }
-    let id = uuid_v4();
-    let (outbox, mut inbox) = mpsc::channel::<Vec<u8>>(OUTBOX);
-    {
-        let mut open = sessions.lock();
-        if open.len() >= MAX_SESSIONS {
-            let mut response = problem(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &format!("{MAX_SESSIONS} sessions are open already"),
-            );
+    let Opened {
+        id,
+        mut inbox,
+        mut stopping,
+    } = match server.sessions.open(name) {
+        Ok(opened) => opened,
+        Err(refused @ NotOpened::Stopping) => {
+            return problem(StatusCode::SERVICE_UNAVAILABLE, &refused.to_string())
+        }
+        Err(refused @ NotOpened::Full) => {
+            let mut response = problem(StatusCode::SERVICE_UNAVAILABLE, &refused.to_string());
             response.headers_mut().insert(
                 header::RETRY_AFTER,
-                HeaderValue::from_static(http::RETRY_AFTER_SECONDS),
+                HeaderValue::from_static(response::RETRY_AFTER_SECONDS),
             );
             return response;
         }
-        let session = Session {
-            package: name.to_string(),
-            outbox,
-        };
-        open.insert(id.clone(), session);
-    }
+    };
 
     let (frames, stream) = mpsc::channel::<Bytes>(8);
     let keepalive = server.config.keepalive;
-    let mut stopping = sessions.stopping.subscribe();
     let server = Arc::clone(server);
     let endpoint = format!("/message?sessionId={id}");
     tokio::spawn(async move {
@@ -197,7 +121,7 @@ pub fn open(server: &Arc<Server>, name: &str) -> Response<Body> {
                 }
             }
         }
-        server.sessions.lock().remove(&id);
+        server.sessions.close(&id);
     });
 
     let mut response = Response::new(EventStream { frames: stream }.boxed());
@@ -221,10 +145,10 @@ pub async fn post(
         return problem(StatusCode::NOT_FOUND, "no such session (it may have ended)");
     };
     // A session's id is no credential: the token must cover the session's package too.
-    if let Some(response) = http::out_of_scope(caller, &session.package) {
+    if let Some(response) = response::out_of_scope(caller, &session.package) {
         return response;
     }
-    let body = match http::read_body(
+    let body = match body::read_whole(
         request,
         server.config.max_body_bytes,
         server.config.body_timeout,
@@ -245,29 +169,14 @@ pub async fn post(
             });
         }
         Dispatch::Silent => {}
-        Dispatch::Busy(answer) => return http::busy("application/json", answer),
+        Dispatch::Busy(answer) => return response::busy("application/json", answer),
     }
-    http::empty(StatusCode::ACCEPTED)
+    response::empty(StatusCode::ACCEPTED)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn session_ids_are_random_version_4_uuids() {
-        let a = uuid_v4();
-        let b = uuid_v4();
-        assert_ne!(a, b);
-        assert_eq!(a.len(), 36);
-        let parts: Vec<&str> = a.split('-').collect();
-        assert_eq!(
-            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
-            [8, 4, 4, 4, 12]
-        );
-        assert!(parts[2].starts_with('4'));
-        assert!(matches!(parts[3].as_bytes()[0], b'8' | b'9' | b'a' | b'b'));
-    }
 
     #[test]
     fn an_event_carries_the_data_unchanged_on_one_line() {

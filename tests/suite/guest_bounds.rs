@@ -595,6 +595,117 @@ fn an_upload_through_the_api_whose_compile_runs_too_long_is_422_by_rule() {
     );
 }
 
+/// Sends `signal` to every compile worker `parent` starts (`hako __compile`, a child of it), as
+/// a compiler that crashes would end, until `done` says the compile's outcome is in.
+fn crash_compile_workers(parent: u32, signal: i32, done: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let worker = (|| {
+                let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+                let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+                // "pid (comm) state ppid …": the name may hold spaces, so count from its end.
+                let ppid: u32 = stat
+                    .rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse()
+                    .ok()?;
+                let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+                let compiling = cmdline.split(|b| *b == 0).any(|arg| arg == b"__compile");
+                (ppid == parent && compiling).then_some(pid)
+            })();
+            if let Some(worker) = worker {
+                // SAFETY: kill(2) takes no memory of this process; a worker that has ended
+                // meanwhile answers ESRCH.
+                unsafe { libc::kill(worker, signal) };
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the compile of {parent} did not end"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_compiler_that_crashes_is_compile_crash_and_what_it_said_stays_in_the_log() {
+    use crate::serve_support::Server;
+    let package = support::module_package("compile-bomb", &compile_bomb());
+    // `hako upload`: the operator's own machine, told the compiler's end.
+    let store = tempfile::tempdir().unwrap();
+    let mut upload = support::hako_command();
+    upload
+        .args([
+            "upload",
+            support::arg(package.path()),
+            "--compiler",
+            "cranelift",
+        ])
+        .args(["--compile-timeout-ms", "120000", "--store"])
+        .arg(store.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = upload.spawn().unwrap();
+    let parent = child.id();
+    let ended = std::sync::atomic::AtomicBool::new(false);
+    let output = std::thread::scope(|scope| {
+        let waited = scope.spawn(|| {
+            let output = child.wait_with_output().unwrap();
+            ended.store(true, std::sync::atomic::Ordering::SeqCst);
+            output
+        });
+        crash_compile_workers(parent, libc::SIGSEGV, || {
+            ended.load(std::sync::atomic::Ordering::SeqCst)
+        });
+        waited.join().unwrap()
+    });
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("compile.crash") && stderr.contains("signal 11"),
+        "{stderr}"
+    );
+
+    // Through the API: 422 by rule, and a request id instead of the compiler's words.
+    let store = tempfile::tempdir().unwrap();
+    let log_path = store.path().join("server.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let server = Server::start_logging(store.path(), &["--compile-timeout-ms", "120000"], &[], log);
+    let archive = support::archive_of(package.path());
+    let answered = std::sync::atomic::AtomicBool::new(false);
+    let reply = std::thread::scope(|scope| {
+        let posted = scope.spawn(|| {
+            let reply = server.request("POST", "/v1/packages", &[], &archive);
+            answered.store(true, std::sync::atomic::Ordering::SeqCst);
+            reply
+        });
+        crash_compile_workers(server.child.id(), libc::SIGSEGV, || {
+            answered.load(std::sync::atomic::Ordering::SeqCst)
+        });
+        posted.join().unwrap()
+    });
+    assert_eq!(reply.status, 422, "{}", reply.text());
+    let problem = &reply.json()["problems"][0];
+    assert_eq!(problem["rule"], "compile.crash", "{}", reply.text());
+    let message = problem["message"].as_str().unwrap();
+    let id = message
+        .split("request id ")
+        .nth(1)
+        .and_then(|rest| rest.get(..36))
+        .unwrap_or_else(|| panic!("no request id in {message}"));
+    assert!(!message.contains("signal"), "{message}");
+    let logged = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        logged
+            .lines()
+            .any(|line| line.contains(id) && line.contains("signal 11")),
+        "the log has the crash under {id}: {logged}"
+    );
+}
+
 #[test]
 fn a_large_module_within_the_checks_counts_runs_on_every_engine() {
     // 33,000 functions in a table (each referenced, so each needs a reference in the

@@ -27,6 +27,7 @@ mod object_store;
 mod run_command;
 mod sandbox_rules;
 mod serve_api;
+mod serve_exposure;
 mod serve_mcp;
 mod serve_mcp_clients;
 mod serve_roles;

@@ -282,7 +282,7 @@ fn slow_bodies_get_408_and_never_stall_other_clients() {
     for _ in 0..SLOW {
         let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
         let head = format!(
-            "POST /v1/packages/greet/call HTTP/1.1\r\nHost: x\r\nContent-Type: \
+            "POST /v1/packages/greet/call HTTP/1.1\r\nHost: localhost\r\nContent-Type: \
              application/json\r\nContent-Length: {}\r\n\r\n",
             body.len()
         );
@@ -404,7 +404,7 @@ fn an_idle_connection_is_closed_and_connections_past_the_bound_wait_their_turn()
     // A kept-alive connection that goes quiet after its answer is closed by the server.
     let mut kept = std::net::TcpStream::connect(server.addr).unwrap();
     kept.set_read_timeout(timeout).unwrap();
-    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
     let mut answer = Vec::new();
     let mut buffer = [0u8; 512];

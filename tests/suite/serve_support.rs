@@ -67,7 +67,7 @@ pub fn raise_descriptor_limit(at_least: u64) {
 
 /// The head of `POST /v1/packages` declaring a body of `length` bytes.
 pub fn upload_head(length: usize) -> String {
-    format!("POST /v1/packages HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n")
+    format!("POST /v1/packages HTTP/1.1\r\nHost: localhost\r\nContent-Length: {length}\r\n\r\n")
 }
 
 /// Starts uploading `archive` to `server` and sends half of it, then waits until the body is

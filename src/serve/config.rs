@@ -1,0 +1,94 @@
+//! How a server runs: every setting of `hako serve`, with its defaults.
+//!
+//! What this file does not do: read flags (the CLI does) or act on the settings.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{calls, follow, roles};
+use crate::compile::CompileBounds;
+use crate::engines::EngineConfig;
+
+/// How a server runs.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub store: PathBuf,
+    pub listen: SocketAddr,
+    /// The tokens requests must carry (every route but `/healthz`), with their roles; none:
+    /// every route open.
+    pub tokens: roles::Tokens,
+    /// Origins allowed beside loopback ones (`*`: any).
+    pub allowed_origins: Vec<String>,
+    /// Names a request's `Host` may give beside the listener's own (see [`super::hosts`]).
+    pub allowed_hosts: Vec<String>,
+    pub policy: Option<PathBuf>,
+    /// The engine and compiler whose code runs.
+    pub engine: EngineConfig,
+    /// Guest threads (calls running at once).
+    pub workers: usize,
+    /// Accepted calls that may wait for a guest thread.
+    pub queue: usize,
+    /// Loaded modules kept in memory.
+    pub cached_modules: usize,
+    /// The largest JSON request body (MCP messages, calls).
+    pub max_body_bytes: usize,
+    /// The largest upload (a package archive).
+    pub max_upload_bytes: usize,
+    /// How long an SSE stream may be idle before a keepalive comment.
+    pub keepalive: Duration,
+    /// How long a stop waits for in-flight requests and calls.
+    pub drain: Duration,
+    /// The most limits a caller may ask for (default: the call defaults).
+    pub caps: calls::LimitCaps,
+    /// How long a request's whole body may take to arrive.
+    pub body_timeout: Duration,
+    /// The bytes all uploads may hold at once.
+    pub max_upload_in_flight: u64,
+    /// How long a connection may take to send a request's headers, and so how long a
+    /// kept-alive connection may stay idle.
+    pub idle_timeout: Duration,
+    /// How long a response (or an SSE stream) may go without the client taking any of its
+    /// bytes before the connection is closed.
+    pub write_timeout: Duration,
+    /// Connections open at once; `None`: sized from the descriptor limit.
+    pub max_connections: Option<usize>,
+    /// The bucket the store (then a cache folder) follows, if any.
+    pub follow: Option<follow::FollowConfig>,
+    /// The bounds of every compile (uploads, and calls that find no artifact).
+    pub compile: CompileBounds,
+}
+
+impl ServeConfig {
+    /// The defaults for a store: loopback port 7340, no token, one guest thread per core, a
+    /// queue of 64 calls per thread, 4 MiB bodies, 128 MiB uploads, 15 s keepalives, 45 s
+    /// drain (longer than a call's default 30 s limit), 30 s for a request's headers, its body
+    /// and a stalled write each.
+    pub fn new(store: PathBuf) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        Self {
+            store,
+            listen: SocketAddr::from(([127, 0, 0, 1], 7340)),
+            tokens: roles::Tokens::none(),
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            policy: None,
+            engine: EngineConfig::DEFAULT,
+            workers: cores,
+            queue: cores * 64,
+            cached_modules: 64,
+            max_body_bytes: 4 * 1024 * 1024,
+            max_upload_bytes: 128 * 1024 * 1024,
+            keepalive: Duration::from_secs(15),
+            drain: Duration::from_secs(45),
+            caps: calls::LimitCaps::default(),
+            compile: CompileBounds::DEFAULT,
+            body_timeout: Duration::from_secs(30),
+            max_upload_in_flight: 256 * 1024 * 1024,
+            idle_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(30),
+            max_connections: None,
+            follow: None,
+        }
+    }
+}
