@@ -158,28 +158,11 @@ fn host_of(authority: &str) -> Option<String> {
 /// Whether an `Origin` header value names this machine: `http(s)://localhost`,
 /// `127.0.0.1` or `[::1]`, any port.
 pub fn is_local_origin(origin: &str) -> bool {
-    let Some(rest) = origin
+    origin
         .strip_prefix("http://")
         .or_else(|| origin.strip_prefix("https://"))
-    else {
-        return false;
-    };
-    let (host, port) = match rest.strip_prefix('[') {
-        Some(v6) => match v6.split_once(']') {
-            Some(split) => split,
-            None => return false,
-        },
-        None => rest.split_at(rest.find(':').unwrap_or(rest.len())),
-    };
-    let port_ok = port.is_empty()
-        || port
-            .strip_prefix(':')
-            .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()));
-    port_ok
-        && matches!(
-            host.to_ascii_lowercase().as_str(),
-            "localhost" | "127.0.0.1" | "::1"
-        )
+        .and_then(host_of)
+        .is_some_and(|host| matches!(host.as_str(), "localhost" | "127.0.0.1" | "::1"))
 }
 
 /// Whether a page of `origin` may call a server that allows `allowed` beside loopback ones.
