@@ -203,13 +203,7 @@ impl Plan {
                     len: edge32(u)?,
                 },
                 6 => Action::Recurse { depth: edge32(u)? },
-                // At most HOST_DEEP_DEPTH, far from the stack's end: a host call that starts a
-                // few bytes above the guard page overflows inside wasmer's interrupt registry
-                // and leaves its lock held (README, "Bounds": known, open). Plain recursion
-                // still runs into the guard page.
-                7 => Action::HostDeep {
-                    depth: edge32(u)?.clamp(0, HOST_DEEP_DEPTH),
-                },
+                7 => Action::HostDeep { depth: edge32(u)? },
                 _ => {
                     let import = u.choose_index(imports.len())? as u32;
                     Action::Host {
@@ -385,10 +379,6 @@ impl Plan {
         }
     }
 }
-
-/// The deepest recursion with a host call at the bottom: 4,096 frames of a few dozen bytes,
-/// far from the 1 MiB guest stack's end on every compiler.
-const HOST_DEEP_DEPTH: i32 = 4096;
 
 /// Arguments for `import`: an edge value each.
 fn args(u: &mut Unstructured<'_>, import: Import) -> Result<Vec<u64>> {
