@@ -46,9 +46,14 @@ impl Hosts {
     }
 
     /// Whether `authority` (a `Host` value: a name or address, and perhaps a port) names this
-    /// server.
+    /// server. Every request asks, so it allocates nothing.
     pub fn allows(&self, authority: &str) -> bool {
-        !self.checked || host_of(authority).is_some_and(|host| self.names.contains(&host))
+        !self.checked
+            || host_of(authority).is_some_and(|host| {
+                self.names
+                    .iter()
+                    .any(|name| name.eq_ignore_ascii_case(host))
+            })
     }
 
     /// The answer to a request that does not address this server by one of its names: 421,
@@ -107,7 +112,7 @@ pub fn parse_allowed_host(name: &str) -> Result<String, String> {
         None => name.contains(':'),
     };
     match host_of(name) {
-        Some(host) if !has_port && !name.contains(['/', ' ', '*']) => Ok(host),
+        Some(host) if !has_port && !name.contains(['/', ' ', '*']) => Ok(host.to_ascii_lowercase()),
         _ => Err(format!(
             "{name:?} is not a host name or address (like hako.example, 10.0.0.5 or [fd00::5]: \
              no port, scheme or path)"
@@ -122,12 +127,17 @@ fn normalized(name: &str) -> String {
         .strip_prefix('[')
         .and_then(|inner| inner.strip_suffix(']'))
         .unwrap_or(name);
-    name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase()
+    without_final_dot(name).to_ascii_lowercase()
 }
 
-/// The host of an authority (`name`, `name:port`, `[v6]`, `[v6]:port`), normalized; `None` when
-/// it is not one (user info, an empty name, a port that is not digits).
-fn host_of(authority: &str) -> Option<String> {
+fn without_final_dot(name: &str) -> &str {
+    name.strip_suffix('.').unwrap_or(name)
+}
+
+/// The host of an authority (`name`, `name:port`, `[v6]`, `[v6]:port`), without brackets or a
+/// final dot, in the case it was given; `None` when it is not one (user info, an empty name, a
+/// port that is not digits).
+fn host_of(authority: &str) -> Option<&str> {
     if authority.contains('@') {
         return None;
     }
@@ -151,7 +161,7 @@ fn host_of(authority: &str) -> Option<String> {
     if port.is_some_and(|port| port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit())) {
         return None;
     }
-    let host = normalized(host);
+    let host = without_final_dot(host);
     (!host.is_empty()).then_some(host)
 }
 
@@ -162,7 +172,11 @@ pub fn is_local_origin(origin: &str) -> bool {
         .strip_prefix("http://")
         .or_else(|| origin.strip_prefix("https://"))
         .and_then(host_of)
-        .is_some_and(|host| matches!(host.as_str(), "localhost" | "127.0.0.1" | "::1"))
+        .is_some_and(|host| {
+            ["localhost", "127.0.0.1", "::1"]
+                .iter()
+                .any(|local| local.eq_ignore_ascii_case(host))
+        })
 }
 
 /// Whether a page of `origin` may call a server that allows `allowed` beside loopback ones.

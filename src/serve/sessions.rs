@@ -76,12 +76,12 @@ impl Sessions {
         if *self.stopping.borrow() {
             return Err(NotOpened::Stopping);
         }
-        let (outbox, inbox) = mpsc::channel(OUTBOX);
-        let id = uuid_v4();
         let mut open = self.lock();
         if open.len() >= MAX_SESSIONS {
             return Err(NotOpened::Full);
         }
+        let (outbox, inbox) = mpsc::channel(OUTBOX);
+        let id = uuid_v4();
         let session = Session {
             package: package.to_string(),
             outbox,

@@ -82,12 +82,8 @@ pub fn open(server: &Arc<Server>, name: &str) -> Response<Body> {
             return problem(StatusCode::SERVICE_UNAVAILABLE, &refused.to_string())
         }
         Err(refused @ NotOpened::Full) => {
-            let mut response = problem(StatusCode::SERVICE_UNAVAILABLE, &refused.to_string());
-            response.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from_static(response::RETRY_AFTER_SECONDS),
-            );
-            return response;
+            let error = serde_json::json!({"error": refused.to_string()});
+            return response::busy("application/json", error.to_string());
         }
     };
 
