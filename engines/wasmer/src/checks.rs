@@ -1,7 +1,7 @@
 //! Deadline checks compiled into guest code: a flag that every function entry and every loop
 //! header tests, so that a deadline stops a guest without unwinding anything but its own code.
 //!
-//! wasmer's own interrupt is a signal, and a signal can only stop code that is running when it
+//! The interrupt's signal ([`crate::interrupt`]) can only stop code that is running when it
 //! lands. A guest whose time goes to bulk instructions (`memory.copy`, `memory.fill`,
 //! `memory.init`, the table ones) spends it in wasmer's libcalls and libc's `memmove`/`memset`,
 //! which are host code that [`crate::interrupt`] must not unwind: a loop of them outran a 1 s
@@ -184,7 +184,7 @@ impl Flag {
 
     /// Points the flag at `instance`'s flag global, raising it there if the deadline has
     /// already passed. An instance compiled without checks (which the store's artifact header
-    /// rules out) has no such global and is left to wasmer's signal.
+    /// rules out) has no such global and is left to the interrupt's signal.
     pub(crate) fn attach(&self, instance: &wasmer::Instance, store: &mut wasmer::Store) {
         let Ok(global) = instance.exports.get_global(FLAG_EXPORT) else {
             return;

@@ -412,7 +412,6 @@ impl Module for WasmerModule {
 
     fn run(&self, host: Box<dyn Host>, limits: RunLimits, watchdog: &dyn Watchdog) -> RunResult {
         let mut store = Store::new(self.engine.clone());
-        interrupt::install(&mut store);
         let env = FunctionEnv::new(
             &mut store,
             HostEnv {
@@ -422,14 +421,15 @@ impl Module for WasmerModule {
         );
         let interrupt = Arc::new(StoreInterrupt {
             flag: checks::Flag::default(),
-            signal: store.interrupter(),
+            target: Arc::default(),
         });
         let exit = if self.runs_here {
             watchdog.arm(Arc::clone(&interrupt) as Arc<dyn hako_engine_api::Interrupt>);
             // The deadline thread may raise the flag after the run too: before the store goes,
             // however the run ends, the flag forgets the instance and only records that.
             let _detach = interrupt.flag.detach_on_drop();
-            self.instantiate_and_start(&mut store, &env, limits, &interrupt.flag)
+            let _entered = interrupt.target.enter();
+            self.instantiate_and_start(&mut store, &env, limits, &interrupt)
         } else {
             RunExit::Instantiate(format!(
                 "this module was compiled for {} and cannot run here",
@@ -516,7 +516,7 @@ impl WasmerModule {
         store: &mut Store,
         env: &FunctionEnv<HostEnv>,
         limits: RunLimits,
-        flag: &checks::Flag,
+        interrupt: &StoreInterrupt,
     ) -> RunExit {
         let imports = match self.imports(store, env) {
             Ok(imports) => imports,
@@ -536,10 +536,12 @@ impl WasmerModule {
             }
             // A segment out of bounds traps while the instance is made: the guest's trap, as
             // on wasmtime, not a host failure.
-            Err(wasmer::InstantiationError::Start(error)) => return classify(error, &cap, flag),
+            Err(wasmer::InstantiationError::Start(error)) => {
+                return classify(error, &cap, interrupt)
+            }
             Err(error) => return RunExit::Instantiate(error.to_string()),
         };
-        flag.attach(&instance, store);
+        interrupt.flag.attach(&instance, store);
         // The start function, taken out of instantiation by the checks, runs now that the
         // flag reaches it. Whether there is one was read once, when the module was made.
         if self.has_start {
@@ -548,7 +550,7 @@ impl WasmerModule {
                 .get_typed_function::<(), ()>(store, checks::START_EXPORT);
             match start.map(|start| start.call(store)) {
                 Ok(Ok(())) => {}
-                Ok(Err(error)) => return classify(error, &cap, flag),
+                Ok(Err(error)) => return classify(error, &cap, interrupt),
                 Err(err) => return RunExit::Instantiate(format!("the start function: {err}")),
             }
         }
@@ -561,7 +563,7 @@ impl WasmerModule {
         };
         match start.call(store) {
             Ok(()) => RunExit::Returned,
-            Err(error) => classify(error, &cap, flag),
+            Err(error) => classify(error, &cap, interrupt),
         }
     }
 }
@@ -581,15 +583,13 @@ fn entry_points(
 }
 
 /// How a run that ended in an error ended. Once the deadline flag is raised, a trap is the
-/// interrupt: at a deadline check's `unreachable`, or from the interrupt's signal. wasmer names
-/// a signal's trap by the instruction it landed on when that instruction has a trap code of its
-/// own, before the code the signal handler gave it (`HostInterrupt`): singlepass marks every
-/// `call` and function prologue "call stack exhausted", so an interrupt landing on one read
-/// as a stack overflow (about one run in a thousand of a guest calling the host in a loop).
-/// A trap of the guest's own after its deadline has passed is reported as the interrupt too,
-/// which the host would judge a timeout anyway. The memory cap keeps precedence, as it does in
-/// the host's verdict.
-fn classify(error: wasmer::RuntimeError, cap: &CapScope, flag: &checks::Flag) -> RunExit {
+/// interrupt: at a deadline check's `unreachable`, or from the interrupt's signal (which the
+/// run's [`interrupt::Target`] records, since wasmer names that trap a stack overflow, and may
+/// name it by the instruction it landed on instead: singlepass marks every `call` and function
+/// prologue "call stack exhausted"). A trap of the guest's own after its deadline has passed is
+/// reported as the interrupt too, which the host would judge a timeout anyway. Past those, the
+/// memory cap keeps precedence, as it does in the host's verdict.
+fn classify(error: wasmer::RuntimeError, cap: &CapScope, interrupt: &StoreInterrupt) -> RunExit {
     if let Some(HostStop(stop)) = error.downcast_ref::<HostStop>() {
         return match stop {
             Stop::Exit(code) => RunExit::Exited(*code),
@@ -598,14 +598,14 @@ fn classify(error: wasmer::RuntimeError, cap: &CapScope, flag: &checks::Flag) ->
     }
     let message = error.message();
     match error.to_trap() {
-        Some(wasmer_types::TrapCode::HostInterrupt) => RunExit::Interrupted,
-        Some(wasmer_types::TrapCode::UnreachableCodeReached) if flag.raised() => {
+        Some(_) if interrupt.target.trapped() => RunExit::Interrupted,
+        Some(wasmer_types::TrapCode::UnreachableCodeReached) if interrupt.flag.raised() => {
             RunExit::Interrupted
         }
         _ if cap.refused() => RunExit::OutOfMemory(format!(
             "the guest was refused memory at its cap, then trapped: {message}"
         )),
-        Some(_) if flag.raised() => RunExit::Interrupted,
+        Some(_) if interrupt.flag.raised() => RunExit::Interrupted,
         _ => RunExit::Trap(message),
     }
 }
