@@ -84,11 +84,11 @@ impl StoreArgs {
         let trust = self.trust()?;
         match self.location()? {
             Location::Folder(dir) => Ok(Opened {
-                store: open_folder(&dir)?,
+                store: open_folder(&dir)?.trusting(trust.keys.clone()),
                 remote: None,
             }),
             Location::Bucket { bucket, prefix } => {
-                let store = open_folder(&self.cache())?;
+                let store = open_folder(&self.cache())?.trusting(trust.keys.clone());
                 let runtime = bucket::runtime().map_err(|err| Failure::Host(err.into()))?;
                 let bucket = runtime
                     .block_on(async {

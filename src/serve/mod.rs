@@ -88,7 +88,12 @@ pub enum ServeError {
 const GUEST_STACK_BYTES: usize = 8 * 1024 * 1024;
 
 fn calls(config: &ServeConfig) -> Result<Arc<Calls>, ServeError> {
-    let mut store = Store::open(&config.store)?;
+    let trusted = config
+        .follow
+        .as_ref()
+        .map(|follow| follow.trust.keys.clone())
+        .unwrap_or_default();
+    let mut store = Store::open(&config.store)?.trusting(trusted);
     store.set_compile_bounds(config.compile);
     // The lease is taken now, so that what a killed server left in the staging folder is swept
     // at start, not at the first upload.

@@ -169,6 +169,23 @@ pub struct Written {
     pub memory_init: String,
 }
 
+/// Where an artifact fetched from a bucket came from, kept beside it as `NAME.origin`: the
+/// record that listed it (by digest) and the key that signed that record. A loader takes such an
+/// artifact only while it still trusts that key ([`super::Store::trusting`]); an artifact
+/// without one was compiled here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Origin {
+    pub hako_origin: u32,
+    /// The SHA-256 of the bucket record that named the artifact's digest.
+    pub record_sha256: String,
+    /// The ed25519 public key (hex) whose signature of that record made it trusted.
+    pub public_key: String,
+}
+
+/// The origin format this host writes and reads.
+pub const ORIGIN_FORMAT: u32 = 1;
+
 /// A directory of artifacts that only hako writes.
 #[derive(Debug, Clone)]
 pub struct ArtifactCache {
@@ -213,10 +230,12 @@ impl ArtifactCache {
         (is_artifact_file_name(name) && metadata.is_file()).then_some(path)
     }
 
-    /// Puts `bytes`, an artifact fetched from elsewhere, in the cache as `name`, atomically.
-    /// The caller vouches for the bytes (a trusted signature over their digest); a load checks
-    /// their header against the key, as for any file here.
-    pub fn install(&self, name: &str, bytes: &[u8]) -> Result<(), ArtifactError> {
+    /// Puts `bytes`, an artifact fetched from elsewhere, in the cache as `name`, atomically,
+    /// with its `origin` beside it. The caller vouches for the bytes (a trusted signature over
+    /// their digest); a load checks their header against the key, as for any file here. The
+    /// origin is written first: a stop in between leaves an origin without its artifact, which
+    /// nothing loads, never a fetched artifact that reads as compiled here.
+    pub fn install(&self, name: &str, bytes: &[u8], origin: &Origin) -> Result<(), ArtifactError> {
         let path = self.dir.join(name);
         if !is_artifact_file_name(name) {
             return Err(ArtifactError::Refused {
@@ -224,8 +243,43 @@ impl ArtifactCache {
                 reason: "that is not the name of an artifact (COMPILER-HEX32.artifact)".into(),
             });
         }
+        let origin_path = origin_path(&path);
+        let origin = serde_json::to_vec(origin).expect("origins always serialize");
+        write_atomically(&origin_path, &origin, &self.staging).map_err(|source| {
+            ArtifactError::Write {
+                path: origin_path,
+                source,
+            }
+        })?;
         write_atomically(&path, bytes, &self.staging)
             .map_err(|source| ArtifactError::Write { path, source })
+    }
+
+    /// Where the artifact for `key` came from: `None` when it was compiled here (no origin
+    /// beside it), else its origin, or why that could not be read (which a loader treats as
+    /// an origin it does not trust).
+    pub fn origin(&self, key: &ArtifactKey) -> Option<Result<Origin, String>> {
+        let path = origin_path(&self.path(key));
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(err) => return Some(Err(format!("reading {}: {err}", path.display()))),
+        };
+        Some(
+            serde_json::from_slice::<Origin>(&bytes)
+                .map_err(|err| format!("{} is malformed: {err}", path.display()))
+                .and_then(|origin| {
+                    if origin.hako_origin == ORIGIN_FORMAT {
+                        Ok(origin)
+                    } else {
+                        Err(format!(
+                            "{}: origin format {} is not {ORIGIN_FORMAT}",
+                            path.display(),
+                            origin.hako_origin
+                        ))
+                    }
+                }),
+        )
     }
 
     /// Writes `module`'s artifact for `key`, atomically.
@@ -255,6 +309,14 @@ impl ArtifactCache {
             }
         }
         write_atomically(&path, &bytes, &self.staging).map_err(write_error)?;
+        // Compiled here now: an origin left by an artifact fetched before goes, after the new
+        // file is in place (a stop in between leaves this artifact read as fetched, so checked
+        // against the trust, never the other way round).
+        match fs::remove_file(origin_path(&path)) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(write_error(source)),
+        }
         Ok(Written {
             bytes: bytes.len() as u64,
             memory_init,
@@ -560,6 +622,13 @@ fn checksum_range(file: &fs::File, offset: u64, len: u64) -> std::io::Result<Str
 /// The checksum a header records for a payload.
 fn checksum(payload: &[u8]) -> String {
     format!("{:032x}", xxhash_rust::xxh3::xxh3_128(payload))
+}
+
+/// Where the origin of the artifact at `path` is kept.
+fn origin_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".origin");
+    PathBuf::from(name)
 }
 
 /// Writes `bytes` to `path` so that readers see the old file or the whole new one: in `staging`

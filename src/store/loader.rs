@@ -133,13 +133,40 @@ impl Store {
     }
 
     /// The artifact for `key`, loaded with `engine`; `None` when there is none or it was
-    /// refused (the refusal becomes a note; the caller looks further or compiles).
+    /// refused (the refusal becomes a note; the caller looks further or compiles). An artifact
+    /// fetched from a bucket is refused unless a key this store trusts now signed its record:
+    /// trust taken back (a key no longer given, another command's settings on the same cache)
+    /// stops its code from loading, and the module is compiled here instead.
     fn load_artifact(
         &self,
         key: &ArtifactKey,
         engine: &dyn Engine,
         notes: &mut Vec<String>,
     ) -> Result<Option<Arc<dyn Module>>, ArtifactError> {
+        let file = key.file_name();
+        match self.artifacts().origin(key) {
+            None => {}
+            Some(Ok(origin)) if self.trusted_keys().trusts(&origin.public_key) => {}
+            Some(Ok(origin)) => {
+                if self.artifacts().file(&file).is_some() {
+                    notes.push(format!(
+                        "the cached artifact {file} came from the object store under the key \
+                         {} (record sha256 {}), which is not trusted now (--trust-key): not used",
+                        origin.public_key, origin.record_sha256
+                    ));
+                }
+                return Ok(None);
+            }
+            Some(Err(why)) => {
+                if self.artifacts().file(&file).is_some() {
+                    notes.push(format!(
+                        "the cached artifact {file} came from the object store, and where from \
+                         cannot be read ({why}): not used"
+                    ));
+                }
+                return Ok(None);
+            }
+        }
         match self.artifacts().load(key, engine) {
             Ok(found) => Ok(found),
             Err(err @ ArtifactError::Refused { .. }) => {

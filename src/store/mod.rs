@@ -34,7 +34,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-pub use artifact::{ArtifactCache, ArtifactError, ArtifactKey};
+pub use artifact::{ArtifactCache, ArtifactError, ArtifactKey, Origin};
 pub use loader::{Loaded, ModuleSpec, Source};
 pub use modules::ModuleCache;
 pub use staging::Staging;
@@ -183,6 +183,9 @@ pub struct Store {
     staging: Arc<Staging>,
     /// What bounds a compile made for this store (an upload's, or a call's on a cache miss).
     compile_bounds: CompileBounds,
+    /// The keys whose signed records' artifacts, fetched from a bucket, are loaded; an
+    /// artifact fetched under any other key is compiled here again.
+    trusted: Arc<signing::TrustedKeys>,
 }
 
 /// What [`Store::put`] did.
@@ -226,7 +229,20 @@ impl Store {
             artifacts,
             staging,
             compile_bounds: CompileBounds::DEFAULT,
+            trusted: Arc::default(),
         })
+    }
+
+    /// Loads artifacts fetched from a bucket only while a key of `keys` signed their record
+    /// (the command's `--trust-key`s); by default none is.
+    pub fn trusting(mut self, keys: signing::TrustedKeys) -> Self {
+        self.trusted = Arc::new(keys);
+        self
+    }
+
+    /// The keys whose fetched artifacts this store loads.
+    pub fn trusted_keys(&self) -> &signing::TrustedKeys {
+        &self.trusted
     }
 
     /// Compiles within `bounds` from now on.

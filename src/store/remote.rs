@@ -27,9 +27,12 @@ use std::path::{Component, Path, PathBuf};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use super::artifact::ORIGIN_FORMAT;
 use super::bucket::{Bucket, BucketError, Read, Written};
 use super::signing::{SigningKey, TrustedKeys};
-use super::{sha256_hex, ArtifactKey, PutResult, Store, StoreError, StoredPackage, UploadRecord};
+use super::{
+    sha256_hex, ArtifactKey, Origin, PutResult, Store, StoreError, StoredPackage, UploadRecord,
+};
 use crate::engines::{self, EngineConfig};
 use crate::package::manifest::{is_valid_name, is_valid_version};
 use crate::package::tools::Tool;
@@ -402,11 +405,12 @@ pub async fn sync_to(
                 trust.keys.is_empty(),
                 trust.require_signed || !wanted.is_empty(),
             ) {
-                (_, false) => Ok(()),
+                // Nothing here needs a signature: no artifact is fetched.
+                (_, false) => Ok(None),
                 (true, true) => Err("no key is trusted (--trust-key)".to_string()),
-                (false, true) => {
-                    verify(bucket, name, &pointer.version, &record_bytes, trust).await?
-                }
+                (false, true) => verify(bucket, name, &pointer.version, &record_bytes, trust)
+                    .await?
+                    .map(Some),
             },
         )
     };
@@ -420,7 +424,8 @@ pub async fn sync_to(
             .await
             .map(Some)
     };
-    let (signed, fetched): (Result<(), String>, Option<Fetched>) = tokio::try_join!(signed, files)?;
+    let (signed, fetched): (Result<Option<String>, String>, Option<Fetched>) =
+        tokio::try_join!(signed, files)?;
     if let (true, Err(why)) = (trust.require_signed, &signed) {
         return Err(RemoteError::Unsigned {
             url: bucket.url(),
@@ -446,7 +451,13 @@ pub async fn sync_to(
         }
     }
     match signed {
-        Ok(()) => {
+        Ok(None) => {}
+        Ok(Some(signer)) => {
+            let origin = Origin {
+                hako_origin: ORIGIN_FORMAT,
+                record_sha256: pointer.record_sha256.clone(),
+                public_key: signer,
+            };
             let missing: Vec<&String> = wanted
                 .iter()
                 .filter(|file| cache.artifacts().file(file).is_none())
@@ -459,7 +470,7 @@ pub async fn sync_to(
             for (file, bytes) in missing.into_iter().zip(fetched) {
                 cache
                     .artifacts()
-                    .install(file, &bytes)
+                    .install(file, &bytes, &origin)
                     .map_err(|err| refused(&blob_key(&record.artifacts[file]), err.to_string()))?;
                 artifacts += 1;
             }
@@ -490,14 +501,14 @@ pub async fn sync_to(
     })
 }
 
-/// Whether a trusted key signed the record (`Ok(Err(why))` when not).
+/// Which trusted key signed the record (`Ok(Err(why))` when none did).
 async fn verify(
     bucket: &Bucket,
     name: &str,
     version: &str,
     record: &[u8],
     trust: &Trust,
-) -> Result<Result<(), String>, RemoteError> {
+) -> Result<Result<String, String>, RemoteError> {
     Ok(
         match bucket.read(&signature_key(name, version), None).await? {
             Read::Found { bytes, .. } => trust.keys.verify(record, &bytes),

@@ -174,8 +174,8 @@ impl TrustedKeys {
     }
 
     /// Whether `signature` (the bytes stored beside `message`) is a valid signature of
-    /// `message` by a trusted key; `Err` says why not.
-    pub fn verify(&self, message: &[u8], signature: &[u8]) -> Result<(), String> {
+    /// `message` by a trusted key: the key, as hex, when it is; `Err` says why not.
+    pub fn verify(&self, message: &[u8], signature: &[u8]) -> Result<String, String> {
         let signature: Signature = serde_json::from_slice(signature)
             .map_err(|err| format!("the signature is malformed: {err}"))?;
         if signature.hako_signature != SIGNATURE_FORMAT {
@@ -196,7 +196,13 @@ impl TrustedKeys {
             hex::decode(&signature.ed25519).map_err(|_| "the signature is not hex".to_string())?;
         UnparsedPublicKey::new(&ED25519, key)
             .verify(message, &bytes)
-            .map_err(|_| format!("the signature by {} does not match", signature.public_key))
+            .map_err(|_| format!("the signature by {} does not match", signature.public_key))?;
+        Ok(hex::encode(key))
+    }
+
+    /// Whether the public key `hex` is trusted.
+    pub fn trusts(&self, hex: &str) -> bool {
+        parse_public(hex).is_some_and(|key| self.keys.contains(&key))
     }
 }
 
@@ -223,7 +229,10 @@ mod tests {
         let (key, trusted) = pair(dir.path(), "uploader");
         let (other, _) = pair(dir.path(), "other");
         let signature = serde_json::to_vec(&key.sign(b"record")).unwrap();
-        assert_eq!(trusted.verify(b"record", &signature), Ok(()));
+        assert_eq!(trusted.verify(b"record", &signature), Ok(key.public_hex()));
+        assert!(trusted.trusts(&key.public_hex()));
+        assert!(!trusted.trusts(&other.public_hex()));
+        assert!(!trusted.trusts("not hex"));
         let err = trusted.verify(b"recorD", &signature).unwrap_err();
         assert!(err.contains("does not match"), "{err}");
         let foreign = serde_json::to_vec(&other.sign(b"record")).unwrap();

@@ -567,6 +567,95 @@ fn a_node_runs_native_code_from_the_bucket_only_when_a_key_it_trusts_signed_the_
     assert!(!node.path().join("artifacts").join(&artifact).exists());
 }
 
+#[test]
+fn an_artifact_fetched_under_a_key_no_longer_trusted_is_compiled_here_instead() {
+    let seaweed = Seaweed::start();
+    let keys = tempfile::tempdir().unwrap();
+    let (private, public) = keygen(keys.path(), "uploader");
+    let (_, other) = keygen(keys.path(), "other");
+    let uploader = tempfile::tempdir().unwrap();
+    let greet = support::greet_package_dir();
+    let summary = serde_json::from_str::<serde_json::Value>(&succeeded(&hako(
+        &seaweed,
+        "revoked",
+        uploader.path(),
+        &[
+            "upload",
+            support::arg(&greet),
+            "--json",
+            "--signing-key",
+            &private,
+        ],
+    )))
+    .unwrap();
+    let artifact = summary["artifacts"][0]["file"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (runtime, bucket) = seaweed.bucket("revoked");
+    let pointer = read_json::<Pointer>(&runtime, &bucket, "packages/greet/current");
+
+    // Trusted: fetched and loaded, with where it came from beside it.
+    let node = tempfile::tempdir().unwrap();
+    let artifacts = node.path().join("artifacts");
+    let (call, _) = call_json(&seaweed, "revoked", node.path(), &["--trust-key", &public]);
+    assert_eq!(call["stats"]["compiled"], false, "{call}");
+    let origin: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(artifacts.join(format!("{artifact}.origin"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        origin["public_key"],
+        std::fs::read_to_string(&public).unwrap().trim()
+    );
+    assert_eq!(origin["record_sha256"], pointer.record_sha256.as_str());
+
+    // The key taken back (no --trust-key, or another's) on the same cache: the fetched code is
+    // not loaded; the module is compiled here, and stderr says why.
+    let (call, stderr) = call_json(&seaweed, "revoked", node.path(), &["--trust-key", &other]);
+    assert_eq!(call["stats"]["compiled"], true, "{call}");
+    assert!(
+        stderr.contains(&format!(
+            "the cached artifact {artifact} came from the object store"
+        )) && stderr.contains("not trusted now")
+            && stderr.contains("compiled the module now"),
+        "{stderr}"
+    );
+    // What runs from now on is this node's own compile, which is no fetched artifact.
+    assert!(!artifacts.join(format!("{artifact}.origin")).exists());
+    let (call, stderr) = call_json(&seaweed, "revoked", node.path(), &[]);
+    assert_eq!(call["stats"]["compiled"], false, "{call}");
+    assert!(!stderr.contains("not trusted now"), "{stderr}");
+
+    // A local command on the cache folder, with no trust at all, refuses a fetched artifact
+    // too, and so does an origin that cannot be read.
+    let node = tempfile::tempdir().unwrap();
+    call_json(&seaweed, "revoked", node.path(), &["--trust-key", &public]);
+    let folder = node.path().display().to_string();
+    let out = support::hako_command()
+        .args([
+            "call", "greet", "greet", GREET_ARGS, "--json", "--store", &folder,
+        ])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    let call: serde_json::Value = serde_json::from_str(&succeeded(&out)).unwrap();
+    assert_eq!(call["stats"]["compiled"], true, "{call}");
+    assert!(stderr.contains("not trusted now"), "{stderr}");
+    let node = tempfile::tempdir().unwrap();
+    call_json(&seaweed, "revoked", node.path(), &["--trust-key", &public]);
+    std::fs::write(
+        node.path()
+            .join("artifacts")
+            .join(format!("{artifact}.origin")),
+        b"{not json",
+    )
+    .unwrap();
+    let (call, stderr) = call_json(&seaweed, "revoked", node.path(), &["--trust-key", &public]);
+    assert_eq!(call["stats"]["compiled"], true, "{call}");
+    assert!(stderr.contains("cannot be read"), "{stderr}");
+}
+
 fn read_json<T: serde::de::DeserializeOwned>(
     runtime: &tokio::runtime::Runtime,
     bucket: &hako::store::bucket::Bucket,
