@@ -65,6 +65,8 @@ pub struct Follower {
     artifacts: AtomicU64,
     untrusted: AtomicU64,
     refused_unsigned: AtomicU64,
+    /// Pointers refused as older than the one held.
+    rollbacks: AtomicU64,
 }
 
 impl Follower {
@@ -84,6 +86,7 @@ impl Follower {
             artifacts: AtomicU64::new(0),
             untrusted: AtomicU64::new(0),
             refused_unsigned: AtomicU64::new(0),
+            rollbacks: AtomicU64::new(0),
         })
     }
 
@@ -141,14 +144,22 @@ impl Follower {
         else {
             return Ok(());
         };
-        self.sync(name, &pointer).await?;
-        if let Some(etag) = etag {
-            self.etags
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(name.to_string(), etag);
+        let synced = self.sync(name, &pointer).await;
+        let rollback = matches!(synced, Err(RemoteError::Rollback { .. }));
+        if rollback {
+            self.rollbacks.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(())
+        // A pointer refused as a rollback is not read again until it changes: it is said (and
+        // counted) once, and the node keeps serving what it holds.
+        if synced.is_ok() || rollback {
+            if let Some(etag) = etag {
+                self.etags
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(name.to_string(), etag);
+            }
+        }
+        synced.map(|_| ())
     }
 
     async fn sync(
@@ -349,6 +360,14 @@ impl Follower {
              hako_signature_refusals_total{{action=\"refused\"}} {}",
             get(&self.untrusted),
             get(&self.refused_unsigned)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP hako_pointer_rollbacks_total Pointers refused because they were not newer \
+             than the one the node holds (a rollback).\n\
+             # TYPE hako_pointer_rollbacks_total counter\n\
+             hako_pointer_rollbacks_total {}",
+            get(&self.rollbacks)
         );
         out
     }

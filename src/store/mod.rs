@@ -412,6 +412,19 @@ impl Store {
             .map_err(io("writing", &dir))
     }
 
+    /// Keeps `bytes` as the package's note `what` (a name of hako's own, such as `pointer`).
+    pub fn note(&self, name: &str, what: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let dir = self.package_dir(name).join("notes");
+        fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
+        artifact::write_atomically(&dir.join(what), bytes, &self.staging)
+            .map_err(io("writing", &dir))
+    }
+
+    /// The package's note `what` ([`Store::note`]), if it has one.
+    pub fn noted(&self, name: &str, what: &str) -> Option<Vec<u8>> {
+        fs::read(self.package_dir(name).join("notes").join(what)).ok()
+    }
+
     /// The digest [`Store::note_record`] recorded for a version, if any.
     pub fn noted_record(&self, name: &str, version: &str) -> Option<String> {
         fs::read_to_string(self.package_dir(name).join("records").join(version)).ok()

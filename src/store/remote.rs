@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use super::artifact::ORIGIN_FORMAT;
 use super::bucket::{Bucket, BucketError, Read, Written};
-use super::signing::{SigningKey, TrustedKeys};
+use super::signing::{Signature, SigningKey, TrustedKeys};
 use super::{
     sha256_hex, ArtifactKey, Origin, PutResult, Store, StoreError, StoredPackage, UploadRecord,
 };
@@ -66,6 +66,19 @@ pub enum RemoteError {
         "the object store {url}: the pointer of {name:?} kept changing under {MAX_SWAPS} tries"
     )]
     Contended { url: String, name: String },
+    #[error(
+        "the object store {url}: the pointer of {name:?} offers {offered_version} at sequence \
+         {offered}, not newer than {held_version} at sequence {held}, which this node holds: \
+         refused as a rollback (a node never moves a package back)"
+    )]
+    Rollback {
+        url: String,
+        name: String,
+        offered: u64,
+        offered_version: String,
+        held: u64,
+        held_version: String,
+    },
 }
 
 impl RemoteError {
@@ -115,11 +128,42 @@ pub struct Synced {
     pub untrusted: Option<String>,
 }
 
-/// A package's mutable pointer: the version it offers, and the digest of that version's
-/// record.
+/// A package's mutable pointer: the version it offers, the digest of that version's record,
+/// its place in the package's history, and the uploader's signature of all three.
+///
+/// `sequence` is one more than that of the pointer it replaced (0 for pointers written before
+/// they were numbered), so a node can tell an older pointer from a newer one: it never moves a
+/// package back ([`RemoteError::Rollback`]). The signature covers the package's name too
+/// ([`Pointer::signed_bytes`]), so a signed pointer means the same under any key of the
+/// bucket; under `--require-signed` a pointer no trusted key signed is refused, which leaves a
+/// bucket writer without the key no way to move a package at all, forwards or back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Pointer {
+    pub version: String,
+    pub record_sha256: String,
+    #[serde(default)]
+    pub sequence: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<Signature>,
+}
+
+impl Pointer {
+    /// What a pointer's signature signs: its format, the package's name and the three fields.
+    pub fn signed_bytes(&self, name: &str) -> Vec<u8> {
+        format!(
+            "hako-pointer 1\n{name}\n{}\n{}\n{}\n",
+            self.version, self.record_sha256, self.sequence
+        )
+        .into_bytes()
+    }
+}
+
+/// What a node holds of a package's pointer (kept in its cache): the last pointer it moved to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeldPointer {
+    pub sequence: u64,
     pub version: String,
     pub record_sha256: String,
 }
@@ -233,12 +277,9 @@ pub async fn publish(
             .create(&signature_key(name, version), Bytes::from(signature))
             .await?;
     }
-    let pointer = Pointer {
-        version: version.clone(),
-        record_sha256: sha256_hex(&record_bytes),
-    };
-    swap_pointer(bucket, name, &pointer).await?;
+    let pointer = swap_pointer(bucket, name, version, &sha256_hex(&record_bytes), signer).await?;
     cache.note_record(name, version, &pointer.record_sha256)?;
+    note_pointer(cache, name, &pointer)?;
     Ok(put)
 }
 
@@ -253,15 +294,39 @@ async fn put_blob(bucket: &Bucket, path: &Path) -> Result<String, RemoteError> {
     Ok(digest)
 }
 
-/// Points `name` at `pointer` by compare-and-swap, trying again while other writers win.
-async fn swap_pointer(bucket: &Bucket, name: &str, pointer: &Pointer) -> Result<(), RemoteError> {
+/// Points `name` at `version` (whose record has the digest `record_sha256`) by
+/// compare-and-swap, one sequence past the pointer it replaces and signed by `signer` when
+/// given, trying again while other writers win. Returns the pointer written.
+async fn swap_pointer(
+    bucket: &Bucket,
+    name: &str,
+    version: &str,
+    record_sha256: &str,
+    signer: Option<&SigningKey>,
+) -> Result<Pointer, RemoteError> {
     let key = pointer_key(name);
-    let bytes = Bytes::from(serde_json::to_vec(pointer).expect("pointers always serialize"));
     for _ in 0..MAX_SWAPS {
-        let written = match bucket.read(&key, None).await? {
+        let read = bucket.read(&key, None).await?;
+        // A pointer that cannot be read counts as none: the new one starts the sequence again,
+        // which nodes that held a later one refuse (they keep what they hold).
+        let previous = match &read {
+            Read::Found { bytes, .. } => serde_json::from_slice::<Pointer>(bytes)
+                .map(|pointer| pointer.sequence)
+                .unwrap_or(0),
+            Read::Missing | Read::NotModified => 0,
+        };
+        let mut pointer = Pointer {
+            version: version.to_string(),
+            record_sha256: record_sha256.to_string(),
+            sequence: previous + 1,
+            signature: None,
+        };
+        pointer.signature = signer.map(|signer| signer.sign(&pointer.signed_bytes(name)));
+        let bytes = Bytes::from(serde_json::to_vec(&pointer).expect("pointers always serialize"));
+        let written = match read {
             Read::Found {
                 etag: Some(etag), ..
-            } => bucket.update(&key, bytes.clone(), etag).await?,
+            } => bucket.update(&key, bytes, etag).await?,
             Read::Found { etag: None, .. } => {
                 return Err(RemoteError::Refused {
                     url: bucket.url(),
@@ -269,16 +334,84 @@ async fn swap_pointer(bucket: &Bucket, name: &str, pointer: &Pointer) -> Result<
                     reason: "the store gave no ETag, which a compare-and-swap needs".to_string(),
                 })
             }
-            Read::Missing | Read::NotModified => bucket.create(&key, bytes.clone()).await?,
+            Read::Missing | Read::NotModified => bucket.create(&key, bytes).await?,
         };
         if written == Written::Done {
-            return Ok(());
+            return Ok(pointer);
         }
     }
     Err(RemoteError::Contended {
         url: bucket.url(),
         name: name.to_string(),
     })
+}
+
+/// The pointer `cache` last moved `name` to, if it keeps one.
+pub fn held_pointer(cache: &Store, name: &str) -> Option<HeldPointer> {
+    let bytes = cache.noted(name, "pointer")?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Keeps `pointer` as the one `cache` holds for `name`, unless it holds that one already.
+fn note_pointer(cache: &Store, name: &str, pointer: &Pointer) -> Result<(), StoreError> {
+    let held = HeldPointer {
+        sequence: pointer.sequence,
+        version: pointer.version.clone(),
+        record_sha256: pointer.record_sha256.clone(),
+    };
+    if held_pointer(cache, name).as_ref() == Some(&held) {
+        return Ok(());
+    }
+    cache.note(
+        name,
+        "pointer",
+        &serde_json::to_vec(&held).expect("pointers always serialize"),
+    )
+}
+
+/// Whether the node may move `name` to `pointer`: under `--require-signed` only when a
+/// trusted key signed it, and never to a pointer older than the one it holds (nor to another
+/// one of the same sequence).
+fn check_pointer(
+    bucket: &Bucket,
+    cache: &Store,
+    name: &str,
+    pointer: &Pointer,
+    trust: &Trust,
+) -> Result<(), RemoteError> {
+    if trust.require_signed {
+        let signed = match &pointer.signature {
+            None => Err("the pointer is not signed".to_string()),
+            Some(signature) => trust
+                .keys
+                .verify_signature(&pointer.signed_bytes(name), signature)
+                .map_err(|why| format!("the pointer's signature: {why}")),
+        };
+        if let Err(reason) = signed {
+            return Err(RemoteError::Unsigned {
+                url: bucket.url(),
+                key: pointer_key(name),
+                reason,
+            });
+        }
+    }
+    let Some(held) = held_pointer(cache, name) else {
+        return Ok(());
+    };
+    let same = pointer.version == held.version && pointer.record_sha256 == held.record_sha256;
+    let older = pointer.sequence < held.sequence || (pointer.sequence == held.sequence && !same);
+    // Pointers written before they were numbered (0) move as they always did.
+    if held.sequence > 0 && older {
+        return Err(RemoteError::Rollback {
+            url: bucket.url(),
+            name: name.to_string(),
+            offered: pointer.sequence,
+            offered_version: pointer.version.clone(),
+            held: held.sequence,
+            held_version: held.version,
+        });
+    }
+    Ok(())
 }
 
 /// Reads a record (and its bytes), checked against `digest` when given, and against its own
@@ -384,9 +517,11 @@ pub async fn sync_to(
         }
         Ok(stored)
     };
+    check_pointer(bucket, cache, name, pointer, trust)?;
     let held = cache.version(name, &pointer.version).ok();
     if let Some(held) = &held {
         if cache.noted_record(name, &pointer.version).as_deref() == Some(&pointer.record_sha256) {
+            note_pointer(cache, name, pointer)?;
             return Ok(Synced {
                 stored: offer(held.clone())?,
                 fetched: false,
@@ -493,6 +628,7 @@ pub async fn sync_to(
         }
     };
     cache.note_record(name, &pointer.version, &pointer.record_sha256)?;
+    note_pointer(cache, name, pointer)?;
     Ok(Synced {
         fetched: fetched_now,
         stored: offer(stored)?,

@@ -178,6 +178,16 @@ impl TrustedKeys {
     pub fn verify(&self, message: &[u8], signature: &[u8]) -> Result<String, String> {
         let signature: Signature = serde_json::from_slice(signature)
             .map_err(|err| format!("the signature is malformed: {err}"))?;
+        self.verify_signature(message, &signature)
+    }
+
+    /// Whether `signature` is a valid signature of `message` by a trusted key: the key, as
+    /// hex, when it is; `Err` says why not.
+    pub fn verify_signature(
+        &self,
+        message: &[u8],
+        signature: &Signature,
+    ) -> Result<String, String> {
         if signature.hako_signature != SIGNATURE_FORMAT {
             return Err(format!(
                 "signature format {} is not {SIGNATURE_FORMAT}",

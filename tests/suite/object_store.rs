@@ -656,6 +656,137 @@ fn an_artifact_fetched_under_a_key_no_longer_trusted_is_compiled_here_instead() 
     assert!(stderr.contains("cannot be read"), "{stderr}");
 }
 
+/// Replaces the package's pointer in the bucket with `bytes`, as a bucket writer could.
+fn put_pointer(seaweed: &Seaweed, prefix: &str, bytes: &[u8]) {
+    overwrite(seaweed, prefix, "packages/greet/current", |old| {
+        *old = bytes.to_vec()
+    });
+}
+
+/// What the node's cache offers of greet.
+fn cached_version(cache: &Path) -> String {
+    std::fs::read_to_string(cache.join("packages/greet/current")).unwrap()
+}
+
+#[test]
+fn a_pointer_older_than_the_one_held_is_refused_and_under_require_signed_so_is_an_unsigned_one() {
+    let seaweed = Seaweed::start();
+    let keys = tempfile::tempdir().unwrap();
+    let (private, public) = keygen(keys.path(), "uploader");
+    let uploader = tempfile::tempdir().unwrap();
+    let upload = |version: &str| {
+        let package = greet_version(version);
+        succeeded(&hako(
+            &seaweed,
+            "rollback",
+            uploader.path(),
+            &[
+                "upload",
+                support::arg(package.path()),
+                "--signing-key",
+                &private,
+            ],
+        ));
+    };
+    let (runtime, bucket) = seaweed.bucket("rollback");
+    let pointer_bytes = || match runtime
+        .block_on(bucket.read("packages/greet/current", None))
+        .unwrap()
+    {
+        Read::Found { bytes, .. } => bytes.to_vec(),
+        _ => panic!("no pointer"),
+    };
+    upload("1.0.0");
+    let old_bytes = pointer_bytes();
+    let old: Pointer = serde_json::from_slice(&old_bytes).unwrap();
+    assert_eq!((old.version.as_str(), old.sequence), ("1.0.0", 1));
+    assert!(old.signature.is_some(), "{old:?}");
+    upload("1.1.0");
+    let new_bytes = pointer_bytes();
+    let new: Pointer = serde_json::from_slice(&new_bytes).unwrap();
+    assert_eq!((new.version.as_str(), new.sequence), ("1.1.0", 2));
+
+    let strict = ["--trust-key", public.as_str(), "--require-signed"];
+    let node = tempfile::tempdir().unwrap();
+    let (call, _) = call_json(&seaweed, "rollback", node.path(), &strict);
+    assert_eq!(call["outcome"], "ok", "{call}");
+    assert_eq!(cached_version(node.path()), "1.1.0");
+    let refused = |flags: &[&str], why: &str| {
+        let mut args = vec!["call", "greet", "greet", GREET_ARGS];
+        args.extend_from_slice(flags);
+        let out = hako(&seaweed, "rollback", node.path(), &args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(why), "{stderr}");
+        assert_eq!(cached_version(node.path()), "1.1.0");
+    };
+
+    // The old signed pointer put back: refused, with or without --require-signed.
+    put_pointer(&seaweed, "rollback", &old_bytes);
+    let rollback = "offers 1.0.0 at sequence 1, not newer than 1.1.0 at sequence 2, which this \
+                    node holds: refused as a rollback";
+    refused(&strict, rollback);
+    refused(&[], rollback);
+    // A pointer no trusted key signed, or a signed one renumbered, moves nothing under
+    // --require-signed, however new it says it is.
+    let mut forged = old.clone();
+    forged.sequence = 7;
+    forged.signature = None;
+    put_pointer(&seaweed, "rollback", &serde_json::to_vec(&forged).unwrap());
+    refused(&strict, "the pointer is not signed");
+    forged.signature = old.signature.clone();
+    put_pointer(&seaweed, "rollback", &serde_json::to_vec(&forged).unwrap());
+    refused(&strict, "the pointer's signature: the signature by");
+
+    // A node following the bucket: the rollback is logged and counted once, and the node
+    // keeps serving what it holds.
+    put_pointer(&seaweed, "rollback", &new_bytes);
+    let cache = tempfile::tempdir().unwrap();
+    let log_path = cache.path().join("serve.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let env = seaweed.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let server = Server::start_logging(
+        Path::new(&format!("s3://{BUCKET}/rollback")),
+        &[
+            "--cache",
+            support::arg(&cache.path().join("cache")),
+            "--refresh-ms",
+            "100",
+            "--trust-key",
+            &public,
+            "--require-signed",
+        ],
+        &env,
+        log,
+    );
+    assert_eq!(greet_call(&server).status, 200);
+    assert_eq!(served_version(&server).as_deref(), Some("1.1.0"));
+    put_pointer(&seaweed, "rollback", &old_bytes);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let metrics = server.get("/metrics").text();
+        if metrics.contains("hako_pointer_rollbacks_total 1") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{metrics}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(server
+        .get("/metrics")
+        .text()
+        .contains("hako_pointer_rollbacks_total 1"));
+    assert_eq!(served_version(&server).as_deref(), Some("1.1.0"));
+    assert_eq!(greet_call(&server).status, 200);
+    let logged = std::fs::read_to_string(&log_path).unwrap();
+    assert_eq!(
+        logged.matches("refused as a rollback").count(),
+        1,
+        "{logged}"
+    );
+}
+
 fn read_json<T: serde::de::DeserializeOwned>(
     runtime: &tokio::runtime::Runtime,
     bucket: &hako::store::bucket::Bucket,
