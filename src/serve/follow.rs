@@ -149,9 +149,10 @@ impl Follower {
         if rollback {
             self.rollbacks.fetch_add(1, Ordering::Relaxed);
         }
-        // A pointer refused as a rollback is not read again until it changes: it is said (and
-        // counted) once, and the node keeps serving what it holds.
-        if synced.is_ok() || rollback {
+        // A pointer refused as a rollback or as unsigned is not read again until it changes:
+        // it is said (and counted) once, and the node keeps serving what it holds.
+        let refused = rollback || matches!(synced, Err(RemoteError::Unsigned { .. }));
+        if synced.is_ok() || refused {
             if let Some(etag) = etag {
                 self.etags
                     .lock()

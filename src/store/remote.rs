@@ -277,7 +277,16 @@ pub async fn publish(
             .create(&signature_key(name, version), Bytes::from(signature))
             .await?;
     }
-    let pointer = swap_pointer(bucket, name, version, &sha256_hex(&record_bytes), signer).await?;
+    // Past the pointer this cache last held too, should the bucket's be older (put back).
+    let held = held_pointer(cache, name).map_or(0, |held| held.sequence);
+    let pointer = swap_pointer(
+        bucket,
+        name,
+        (version, &sha256_hex(&record_bytes)),
+        held,
+        signer,
+    )
+    .await?;
     cache.note_record(name, version, &pointer.record_sha256)?;
     note_pointer(cache, name, &pointer)?;
     Ok(put)
@@ -295,13 +304,14 @@ async fn put_blob(bucket: &Bucket, path: &Path) -> Result<String, RemoteError> {
 }
 
 /// Points `name` at `version` (whose record has the digest `record_sha256`) by
-/// compare-and-swap, one sequence past the pointer it replaces and signed by `signer` when
-/// given, trying again while other writers win. Returns the pointer written.
+/// compare-and-swap, one sequence past the pointer it replaces (and past `held`, the one the
+/// writer's cache holds) and signed by `signer` when given, trying again while other writers
+/// win. Returns the pointer written.
 async fn swap_pointer(
     bucket: &Bucket,
     name: &str,
-    version: &str,
-    record_sha256: &str,
+    (version, record_sha256): (&str, &str),
+    held: u64,
     signer: Option<&SigningKey>,
 ) -> Result<Pointer, RemoteError> {
     let key = pointer_key(name);
@@ -318,7 +328,7 @@ async fn swap_pointer(
         let mut pointer = Pointer {
             version: version.to_string(),
             record_sha256: record_sha256.to_string(),
-            sequence: previous + 1,
+            sequence: previous.max(held) + 1,
             signature: None,
         };
         pointer.signature = signer.map(|signer| signer.sign(&pointer.signed_bytes(name)));

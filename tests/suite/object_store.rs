@@ -738,6 +738,15 @@ fn a_pointer_older_than_the_one_held_is_refused_and_under_require_signed_so_is_a
     put_pointer(&seaweed, "rollback", &serde_json::to_vec(&forged).unwrap());
     refused(&strict, "the pointer's signature: the signature by");
 
+    // An upload after the old pointer was put back numbers its pointer past the one its own
+    // cache held, so nodes that saw that one take it.
+    put_pointer(&seaweed, "rollback", &old_bytes);
+    upload("1.2.0");
+    let next: Pointer = serde_json::from_slice(&pointer_bytes()).unwrap();
+    assert_eq!((next.version.as_str(), next.sequence), ("1.2.0", 3));
+    call_json(&seaweed, "rollback", node.path(), &strict);
+    assert_eq!(cached_version(node.path()), "1.2.0");
+
     // A node following the bucket: the rollback is logged and counted once, and the node
     // keeps serving what it holds.
     put_pointer(&seaweed, "rollback", &new_bytes);
