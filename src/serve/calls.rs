@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::current::{Changes, CurrentWatch};
 use super::metrics::Metrics;
 use super::pool::{GuestPool, Rejected};
 use crate::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
@@ -61,12 +62,25 @@ pub enum CallError {
     Host(String),
 }
 
+/// The packages served so far, and whether each is known to be what its `current` says.
+#[derive(Default)]
+struct ServedTable {
+    entries: HashMap<String, TableEntry>,
+    watch: CurrentWatch,
+}
+
+struct TableEntry {
+    served: Arc<Served>,
+    /// No change of the package's `current` since it was read ([`CurrentWatch`]).
+    fresh: bool,
+}
+
 /// The server's calls: store, served packages, module cache, guest pool and counters.
 pub struct Calls {
     store: Store,
     policy: Policy,
     engine: EngineConfig,
-    served: Mutex<HashMap<String, Arc<Served>>>,
+    served: Mutex<ServedTable>,
     modules: ModuleCache,
     pool: GuestPool,
     broker: Arc<dyn Broker>,
@@ -95,7 +109,7 @@ impl Calls {
             store,
             policy,
             engine,
-            served: Mutex::new(HashMap::new()),
+            served: Mutex::default(),
             modules: ModuleCache::new(cached_modules),
             pool,
             broker,
@@ -112,12 +126,33 @@ impl Calls {
         &self.pool
     }
 
-    /// The package `name` as it is offered now. Reads one small file per use (the current
-    /// version) and the version's records only when they changed.
+    /// The package `name` as it is offered now. Reads its `current` only when the package is
+    /// new here or the kernel said it may have changed ([`CurrentWatch`]), and the version's
+    /// records only when the version changed.
     pub fn package(&self, name: &str) -> Result<Arc<Served>, CallError> {
         if !is_valid_name(name) {
             return Err(CallError::UnknownPackage(name.to_string()));
         }
+        let mut table = self.served.lock().unwrap_or_else(|p| p.into_inner());
+        let table = &mut *table;
+        match table.watch.changes() {
+            Changes::All => table
+                .entries
+                .values_mut()
+                .for_each(|entry| entry.fresh = false),
+            Changes::Some(names) => {
+                for changed in names {
+                    if let Some(entry) = table.entries.get_mut(&changed) {
+                        entry.fresh = false;
+                    }
+                }
+            }
+        }
+        if let Some(entry) = table.entries.get(name).filter(|entry| entry.fresh) {
+            return Ok(Arc::clone(&entry.served));
+        }
+        // Watched before `current` is read, so that a change after the read is seen.
+        let fresh = table.watch.watch(name, &self.store.package_path(name));
         let version = match self.store.current_version(name) {
             Ok(version) => version,
             Err(StoreError::UnknownPackage(_)) => {
@@ -125,22 +160,31 @@ impl Calls {
             }
             Err(err) => return Err(err.into()),
         };
-        let mut served = self.served.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(entry) = served.get(name) {
-            if entry.stored.record.version == version {
-                return Ok(Arc::clone(entry));
+        if let Some(entry) = table.entries.get_mut(name) {
+            if entry.served.stored.record.version == version {
+                entry.fresh = fresh;
+                return Ok(Arc::clone(&entry.served));
             }
         }
         let stored = self.store.get(name)?;
         let wasm = stored.wasm()?;
         let policy = Arc::new(self.policy.for_package(name, &[])?);
-        let entry = Arc::new(Served {
+        let served = Arc::new(Served {
             stored,
             wasm,
             policy,
         });
-        served.insert(name.to_string(), Arc::clone(&entry));
-        Ok(entry)
+        // What `get` read is the version of the pointer read now or a later one: fresh only
+        // when it is the one read, else read again next time.
+        let fresh = fresh && served.stored.record.version == version;
+        table.entries.insert(
+            name.to_string(),
+            TableEntry {
+                served: Arc::clone(&served),
+                fresh,
+            },
+        );
+        Ok(served)
     }
 
     /// Admits a call of `tool` on `package` to the guest pool, or refuses it at once; the

@@ -24,6 +24,7 @@ pub mod api;
 pub mod body;
 pub mod calls;
 pub mod config;
+pub mod current;
 pub mod fault;
 pub mod follow;
 pub mod hosts;

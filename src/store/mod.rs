@@ -271,6 +271,11 @@ impl Store {
             .map_err(io("making a staging folder in", &self.root))
     }
 
+    /// The folder of package `name` (which holds its `current`), whether it exists or not.
+    pub fn package_path(&self, name: &str) -> PathBuf {
+        self.package_dir(name)
+    }
+
     fn package_dir(&self, name: &str) -> PathBuf {
         self.root.join("packages").join(name)
     }

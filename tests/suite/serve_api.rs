@@ -659,3 +659,40 @@ fn sigterm_finishes_the_calls_in_flight_then_exits_zero() {
         r#"{"slept_ms":500}"#
     );
 }
+
+#[test]
+fn a_version_uploaded_beside_the_server_is_what_the_next_request_sees() {
+    // The server learns of changes to a package's `current` from the kernel instead of reading
+    // it at every request; a `hako upload` run beside it must still be seen at once.
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &[]);
+    let package = tempfile::tempdir().unwrap();
+    let source = support::greet_package_dir();
+    std::fs::copy(
+        source.join("module.wasm"),
+        package.path().join("module.wasm"),
+    )
+    .unwrap();
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(source.join("subako-package.json")).unwrap())
+            .unwrap();
+    for round in 0..12 {
+        let version = format!("2.{round}.0");
+        let mut manifest = manifest.clone();
+        manifest["version"] = version.as_str().into();
+        std::fs::write(
+            package.path().join("subako-package.json"),
+            serde_json::to_vec(&manifest).unwrap(),
+        )
+        .unwrap();
+        serve_support::upload(store.path(), package.path());
+        let shown = server.get("/v1/packages/greet");
+        assert_eq!(shown.status, 200);
+        assert_eq!(shown.json()["version"], version.as_str(), "round {round}");
+        let called = server.post_json(
+            "/v1/packages/greet/call",
+            &json!({"tool": "greet", "arguments": {"name": "Ada"}}),
+        );
+        assert_eq!(called.status, 200, "round {round}");
+    }
+}
