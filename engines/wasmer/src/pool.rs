@@ -39,6 +39,7 @@
 //! This file owns only memory placement; the cap a memory may grow to is [`crate::memory`]'s.
 
 use std::cell::UnsafeCell;
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
@@ -514,18 +515,28 @@ fn take_slot(image: Option<&Arc<Image>>) -> io::Result<Slot> {
 /// that a module loaded for a few calls does not take the slots another module keeps being
 /// called on, which would then have to map their image again.
 fn choose(idle: &[Slot], image: Option<&Arc<Image>>) -> Option<usize> {
-    let unused = |slot: &Slot| {
-        slot.image.as_ref().is_some_and(|held| {
-            // Every other holder of an image is a module (or a run of one, or a slot in use,
-            // which its memory's module outlives).
-            let slots = idle.iter().filter(|other| other.holds(Some(held))).count();
-            Arc::strong_count(held) <= slots
-        })
-    };
-    idle.iter()
+    if let Some(index) = idle
+        .iter()
         .rposition(|slot| slot.holds(image))
         .or_else(|| idle.iter().rposition(|slot| slot.holds(None)))
-        .or_else(|| idle.iter().rposition(unused))
+    {
+        return Some(index);
+    }
+    // How many idle slots hold each image, counted once (not once per slot looked at): the
+    // pool's lock is held here.
+    let mut holders: HashMap<*const Image, usize> = HashMap::with_capacity(idle.len());
+    for held in idle.iter().filter_map(|slot| slot.image.as_ref()) {
+        *holders.entry(Arc::as_ptr(held)).or_default() += 1;
+    }
+    // Every other holder of an image is a module (or a run of one, or a slot in use, which its
+    // memory's module outlives).
+    let unused = |slot: &Slot| {
+        slot.image
+            .as_ref()
+            .is_some_and(|held| Arc::strong_count(held) <= holders[&Arc::as_ptr(held)])
+    };
+    idle.iter()
+        .rposition(unused)
         .or_else(|| idle.len().checked_sub(1))
 }
 
