@@ -2,7 +2,8 @@
 //! median), the artifact written and its size, then a warm-up whose answer must equal the
 //! first subject's; then rounds, each running one batch of every subject in turn (the order
 //! rotated every round), a batch being artifact loads, calls with the module in memory, calls
-//! loading the artifact first, and calls from several threads at once, with the peak RSS read
+//! loading the artifact first, calls back to back with the module in memory (each timed), and
+//! calls from several threads at once, with the peak RSS read
 //! around it and the PSS sampled while the threads run. A crashed call or an answer unlike
 //! the reference stops a subject's timing and is reported; it is never timed as if it had
 //! answered.
@@ -61,6 +62,11 @@ pub struct Measured {
     pub load_us: Option<Percentiles>,
     pub call_in_memory_us: Option<Percentiles>,
     pub call_from_disk_us: Option<Percentiles>,
+    /// Calls with the module in memory, each right after the one before on the same module:
+    /// the calls that `calls_per_s` makes, one thread, each timed. `call_in_memory_us` comes
+    /// instead right after an artifact load (and drop) and before a call that loads one, so it
+    /// meets the caches (and, on wasmer, the memory slots) those left.
+    pub call_back_to_back_us: Option<Percentiles>,
     pub calls_per_s: Option<f64>,
     pub peak_rss_bytes: Option<u64>,
     pub peak_pss_bytes: Option<u64>,
@@ -89,6 +95,7 @@ struct State {
     load: Samples,
     in_memory: Samples,
     from_disk: Samples,
+    back_to_back: Samples,
     threaded_calls: u64,
     threaded_time: Duration,
     peak_rss: Option<u64>,
@@ -147,6 +154,7 @@ pub fn run(
             load: Samples::default(),
             in_memory: Samples::default(),
             from_disk: Samples::default(),
+            back_to_back: Samples::default(),
             threaded_calls: 0,
             threaded_time: Duration::ZERO,
             peak_rss: None,
@@ -289,6 +297,15 @@ fn run_batch(
         }
         state.from_disk.push(elapsed);
     }
+    for _ in 0..batch {
+        let started = Instant::now();
+        let answer = state.subject.call(&ready, workload);
+        let elapsed = started.elapsed();
+        if let Err(err) = check(answer, reference) {
+            return state.fail("a call back to back with the module in memory", err);
+        }
+        state.back_to_back.push(elapsed);
+    }
 
     match threaded(
         &state.subject,
@@ -394,6 +411,7 @@ fn finish(state: State) -> Measured {
         load_us: state.load.percentiles(),
         call_in_memory_us: state.in_memory.percentiles(),
         call_from_disk_us: state.from_disk.percentiles(),
+        call_back_to_back_us: state.back_to_back.percentiles(),
         calls_per_s,
         peak_rss_bytes: state.peak_rss,
         peak_pss_bytes: state.peak_pss,

@@ -106,7 +106,12 @@ fn bench_json_has_every_key_one_result_per_engine_and_a_well_formed_plot() {
         ] {
             positive(&result[key], &format!("{engine}.{key}"));
         }
-        for key in ["load_us", "call_in_memory_us", "call_from_disk_us"] {
+        for key in [
+            "load_us",
+            "call_in_memory_us",
+            "call_from_disk_us",
+            "call_back_to_back_us",
+        ] {
             for percentile in ["p50", "p99"] {
                 positive(
                     &result[key][percentile],
@@ -252,7 +257,12 @@ fn a_suite_reports_every_package_and_engine_in_one_document() {
         for key in ["calls_per_s", "peak_rss_bytes", "peak_pss_bytes"] {
             positive(&result[key], &format!("{what}.{key}"));
         }
-        for key in ["load_us", "call_in_memory_us", "call_from_disk_us"] {
+        for key in [
+            "load_us",
+            "call_in_memory_us",
+            "call_from_disk_us",
+            "call_back_to_back_us",
+        ] {
             positive(&result[key]["p50"], &format!("{what}.{key}.p50"));
         }
         let ratios = &result["ratio_to_fastest_wasmtime"];
