@@ -462,31 +462,37 @@ fn keygen(dir: &Path, name: &str) -> (String, String) {
     (private.clone(), format!("{private}.pub"))
 }
 
-#[test]
-fn a_node_runs_native_code_from_the_bucket_only_when_a_key_it_trusts_signed_the_record() {
-    let seaweed = Seaweed::start();
-    let keys = tempfile::tempdir().unwrap();
-    let (private, public) = keygen(keys.path(), "uploader");
-    let (_, other) = keygen(keys.path(), "other");
+/// Uploads greet to the bucket's `prefix`, signed with the key at `private`, from a cache of
+/// its own; returns the name of the artifact it compiled.
+fn upload_signed(seaweed: &Seaweed, prefix: &str, private: &str) -> String {
     let uploader = tempfile::tempdir().unwrap();
     let greet = support::greet_package_dir();
     let summary: serde_json::Value = serde_json::from_str(&succeeded(&hako(
-        &seaweed,
-        "signed",
+        seaweed,
+        prefix,
         uploader.path(),
         &[
             "upload",
             support::arg(&greet),
             "--json",
             "--signing-key",
-            &private,
+            private,
         ],
     )))
     .unwrap();
-    let artifact = summary["artifacts"][0]["file"]
+    summary["artifacts"][0]["file"]
         .as_str()
         .unwrap()
-        .to_string();
+        .to_string()
+}
+
+#[test]
+fn a_node_runs_native_code_from_the_bucket_only_when_a_key_it_trusts_signed_the_record() {
+    let seaweed = Seaweed::start();
+    let keys = tempfile::tempdir().unwrap();
+    let (private, public) = keygen(keys.path(), "uploader");
+    let (_, other) = keygen(keys.path(), "other");
+    let artifact = upload_signed(&seaweed, "signed", &private);
 
     // The record lists the artifact by digest, and its signature lies beside it.
     let (runtime, bucket) = seaweed.bucket("signed");
@@ -573,25 +579,7 @@ fn an_artifact_fetched_under_a_key_no_longer_trusted_is_compiled_here_instead() 
     let keys = tempfile::tempdir().unwrap();
     let (private, public) = keygen(keys.path(), "uploader");
     let (_, other) = keygen(keys.path(), "other");
-    let uploader = tempfile::tempdir().unwrap();
-    let greet = support::greet_package_dir();
-    let summary = serde_json::from_str::<serde_json::Value>(&succeeded(&hako(
-        &seaweed,
-        "revoked",
-        uploader.path(),
-        &[
-            "upload",
-            support::arg(&greet),
-            "--json",
-            "--signing-key",
-            &private,
-        ],
-    )))
-    .unwrap();
-    let artifact = summary["artifacts"][0]["file"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let artifact = upload_signed(&seaweed, "revoked", &private);
     let (runtime, bucket) = seaweed.bucket("revoked");
     let pointer = read_json::<Pointer>(&runtime, &bucket, "packages/greet/current");
 

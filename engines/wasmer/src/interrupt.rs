@@ -388,6 +388,26 @@ mod tests {
         }
     }
 
+    const LIMITS: RunLimits = RunLimits {
+        max_memory_bytes: 64 << 20,
+        max_table_elements: hako_engine_api::MAX_TABLE_ELEMENTS,
+    };
+
+    /// Runs `wasm` `runs` times on every compiler of the build under a nagging watchdog, and
+    /// asserts that every run was interrupted.
+    fn interrupted_on_every_compiler(wasm: &[u8], runs: usize) {
+        for compiler in Compiler::ALL.into_iter().filter(|c| c.available()) {
+            let engine = WasmerEngine::new(compiler, None).unwrap();
+            let module = engine.compile(wasm).unwrap();
+            for run in 0..runs {
+                let watchdog = Nagging::default();
+                let result = module.run(Box::new(QuickHost), LIMITS, &watchdog);
+                watchdog.finish();
+                assert_eq!(result.exit, RunExit::Interrupted, "{compiler:?}, run {run}");
+            }
+        }
+    }
+
     #[test]
     fn interrupts_of_a_guest_looping_through_host_calls_leave_the_engine_sound() {
         // The guest calls the host in a tight loop, so many interrupts land in host code:
@@ -402,20 +422,7 @@ mod tests {
                  (func (export "_start") (loop (drop (call $yield)) (br 0))))"#,
         )
         .unwrap();
-        let limits = RunLimits {
-            max_memory_bytes: 64 << 20,
-            max_table_elements: hako_engine_api::MAX_TABLE_ELEMENTS,
-        };
-        for compiler in Compiler::ALL.into_iter().filter(|c| c.available()) {
-            let engine = WasmerEngine::new(compiler, None).unwrap();
-            let module = engine.compile(&wasm).unwrap();
-            for run in 0..3000 {
-                let watchdog = Nagging::default();
-                let result = module.run(Box::new(QuickHost), limits, &watchdog);
-                watchdog.finish();
-                assert_eq!(result.exit, RunExit::Interrupted, "{compiler:?}, run {run}");
-            }
-        }
+        interrupted_on_every_compiler(&wasm, 3000);
     }
 
     /// The first host call answers `k`, every later one 0.
@@ -478,10 +485,6 @@ mod tests {
         // hold a lock that the unwinding would leave held (wasmer's interrupt registry did: the
         // run's own end then waited on it forever).
         let wasm = stack_end_guest();
-        let limits = RunLimits {
-            max_memory_bytes: 64 << 20,
-            max_table_elements: hako_engine_api::MAX_TABLE_ELEMENTS,
-        };
         use std::sync::mpsc::{channel, RecvTimeoutError};
         let (done, finished) = channel();
         std::thread::spawn(move || {
@@ -492,7 +495,7 @@ mod tests {
                     let host = Shifting {
                         first: Some(k as i32),
                     };
-                    let result = module.run(Box::new(host), limits, &Never);
+                    let result = module.run(Box::new(host), LIMITS, &Never);
                     let RunExit::Trap(message) = &result.exit else {
                         panic!("{compiler:?}, shift {k}: {:?}", result.exit);
                     };
@@ -626,20 +629,7 @@ mod tests {
                  (func (export "_start") (loop (br 0))))"#,
         )
         .unwrap();
-        let limits = RunLimits {
-            max_memory_bytes: 64 << 20,
-            max_table_elements: hako_engine_api::MAX_TABLE_ELEMENTS,
-        };
-        for compiler in Compiler::ALL.into_iter().filter(|c| c.available()) {
-            let engine = WasmerEngine::new(compiler, None).unwrap();
-            let module = engine.compile(&wasm).unwrap();
-            for _ in 0..20 {
-                let watchdog = Nagging::default();
-                let result = module.run(Box::new(QuickHost), limits, &watchdog);
-                watchdog.finish();
-                assert_eq!(result.exit, RunExit::Interrupted, "{compiler:?}");
-            }
-        }
+        interrupted_on_every_compiler(&wasm, 20);
     }
 
     #[cfg(target_arch = "x86_64")]
