@@ -66,21 +66,31 @@ fn free_ports(count: usize) -> Vec<u16> {
 
 impl Seaweed {
     /// Starts one, and waits until its S3 endpoint serves the bucket.
+    ///
+    /// The ports are picked free, then given to weed: meanwhile any outgoing connection on the
+    /// machine may take one (they come from the same ephemeral range), so a start whose weed
+    /// could not bind one is tried again on new ports, a few times.
     pub fn start() -> Seaweed {
-        let data = tempfile::tempdir().expect("a data folder");
-        let log = data.path().join("weed.log");
-        let ports = free_ports(12);
-        std::fs::create_dir_all(data.path().join("data")).unwrap();
-        let child = Self::spawn(data.path(), &ports, &log);
-        let mut seaweed = Seaweed {
-            child,
-            s3_port: ports[6],
-            ports,
-            data,
-            log,
-        };
-        seaweed.wait_ready();
-        seaweed
+        for attempt in 1.. {
+            let data = tempfile::tempdir().expect("a data folder");
+            let log = data.path().join("weed.log");
+            let ports = free_ports(12);
+            std::fs::create_dir_all(data.path().join("data")).unwrap();
+            let child = Self::spawn(data.path(), &ports, &log);
+            let mut seaweed = Seaweed {
+                child,
+                s3_port: ports[6],
+                ports,
+                data,
+                log,
+            };
+            match seaweed.try_ready() {
+                Ok(()) => return seaweed,
+                Err(why) if attempt < 5 && why.contains("address already in use") => continue,
+                Err(why) => panic!("{why}"),
+            }
+        }
+        unreachable!("the loop returns or panics")
     }
 
     /// Stops it (SIGKILL): its endpoint refuses connections until [`Seaweed::restart`].
@@ -144,15 +154,30 @@ impl Seaweed {
     /// Waits for the line saying every component is ready, then for the bucket to answer a
     /// signed request.
     fn wait_ready(&mut self) {
+        if let Err(why) = self.try_ready() {
+            panic!("{why}");
+        }
+    }
+
+    /// [`Seaweed::wait_ready`], saying why weed exited instead of panicking on it.
+    fn try_ready(&mut self) -> Result<(), String> {
         let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("weed exited with {status}: {}", self.logs());
+                let stderr = self.log.parent().unwrap().join("weed.err");
+                let bind = std::fs::read_to_string(stderr)
+                    .is_ok_and(|text| text.contains("address already in use"));
+                let cause = if bind {
+                    " (address already in use)"
+                } else {
+                    ""
+                };
+                return Err(format!("weed exited with {status}{cause}: {}", self.logs()));
             }
             let ready = std::fs::read_to_string(&self.log)
                 .is_ok_and(|log| log.contains("running and ready"));
             if ready && self.bucket_answers() {
-                return;
+                return Ok(());
             }
             assert!(
                 started.elapsed() < START_TIMEOUT,
