@@ -8,7 +8,7 @@
 //!   [`GRACE`] (an overrun is timed twice more, and only one that overruns every time fails:
 //!   the machine may be busy, a host call that runs on is not); a call that has not ended
 //!   after [`HANG`] is a hang, and ends the run at once with the module kept and every
-//!   thread's stack printed ([`Watch`]; the one known, open hang is said and not failed);
+//!   thread's stack printed ([`Watch`]), as failed;
 //! - the process's peak resident set grows during the call by less than the cap plus
 //!   [`OVERHEAD`], what the host may hold beside a guest's memory and tables.
 //!
