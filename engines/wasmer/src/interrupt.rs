@@ -36,7 +36,7 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Once};
+use std::sync::{Mutex, MutexGuard, Once};
 
 use findshlibs::{Segment, SharedLibrary, TargetSharedLibrary};
 use hako_engine_api::Interrupt;
@@ -51,7 +51,7 @@ pub(crate) const SIGNAL: libc::c_int = libc::SIGUSR2;
 /// stops guest code between two checks, such as a loop whose check the compiler hoisted).
 pub(crate) struct StoreInterrupt {
     pub(crate) flag: Flag,
-    pub(crate) target: Arc<Target>,
+    pub(crate) target: Target,
 }
 
 impl Interrupt for StoreInterrupt {
@@ -94,12 +94,13 @@ impl Target {
     }
 
     /// Makes the calling thread this run's until the guard drops: interrupts signal it, and
-    /// its handler knows the run.
-    pub(crate) fn enter(self: &Arc<Self>) -> Entered<'_> {
+    /// its handler knows the run (the guard borrows `self`, so it outlives what the handler
+    /// reads).
+    pub(crate) fn enter(&self) -> Entered<'_> {
         install_handler();
         // SAFETY: pthread_self has no preconditions.
         *self.thread() = Some(unsafe { libc::pthread_self() });
-        CURRENT.with(|current| current.set(Arc::as_ptr(self)));
+        CURRENT.with(|current| current.set(self));
         Entered(self)
     }
 
@@ -114,7 +115,7 @@ impl Target {
 }
 
 /// A thread's stay in a run ([`Target::enter`]).
-pub(crate) struct Entered<'a>(&'a Arc<Target>);
+pub(crate) struct Entered<'a>(&'a Target);
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
@@ -152,8 +153,8 @@ extern "C" fn on_signal(
     if target.is_null() || context.is_null() {
         return;
     }
-    // SAFETY: CURRENT points to the run on this thread, whose `Arc` the run holds until after
-    // its guard cleared CURRENT; the handler runs on that same thread.
+    // SAFETY: CURRENT points to the run on this thread, which the run's guard borrows until it
+    // cleared CURRENT; the handler runs on that same thread.
     let target = unsafe { &*target };
     if !target.raised.load(Ordering::Acquire) {
         return;
@@ -600,7 +601,7 @@ mod tests {
         set_pc_sp(&mut context, host_pc, sp);
         // Outside a run, and in a run whose deadline has not passed: nothing is read or done.
         deliver(&mut context);
-        let target = Arc::new(Target::default());
+        let target = Target::default();
         let entered = target.enter();
         deliver(&mut context);
         assert_eq!(pc_sp(&context), (host_pc, sp));

@@ -421,7 +421,7 @@ impl Module for WasmerModule {
         );
         let interrupt = Arc::new(StoreInterrupt {
             flag: checks::Flag::default(),
-            target: Arc::default(),
+            target: interrupt::Target::default(),
         });
         let exit = if self.runs_here {
             watchdog.arm(Arc::clone(&interrupt) as Arc<dyn hako_engine_api::Interrupt>);
