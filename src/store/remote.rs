@@ -278,17 +278,17 @@ pub async fn publish(
             .await?;
     }
     // Past the pointer this cache last held too, should the bucket's be older (put back).
-    let held = held_pointer(cache, name).map_or(0, |held| held.sequence);
+    let held = held_pointer(cache, name);
     let pointer = swap_pointer(
         bucket,
         name,
         (version, &sha256_hex(&record_bytes)),
-        held,
+        held.as_ref().map_or(0, |held| held.sequence),
         signer,
     )
     .await?;
     cache.note_record(name, version, &pointer.record_sha256)?;
-    note_pointer(cache, name, &pointer)?;
+    note_pointer(cache, name, &pointer, held.as_ref())?;
     Ok(put)
 }
 
@@ -325,10 +325,22 @@ async fn swap_pointer(
                 .unwrap_or(0),
             Read::Missing | Read::NotModified => 0,
         };
+        // A sequence at its end (a bucket writer can put any number there) is refused, not
+        // wrapped round to an older one.
+        let Some(sequence) = previous.max(held).checked_add(1) else {
+            return Err(RemoteError::Refused {
+                url: bucket.url(),
+                key,
+                reason: format!(
+                    "the pointer's sequence is {}, past which none can follow",
+                    u64::MAX
+                ),
+            });
+        };
         let mut pointer = Pointer {
             version: version.to_string(),
             record_sha256: record_sha256.to_string(),
-            sequence: previous.max(held) + 1,
+            sequence,
             signature: None,
         };
         pointer.signature = signer.map(|signer| signer.sign(&pointer.signed_bytes(name)));
@@ -362,16 +374,22 @@ pub fn held_pointer(cache: &Store, name: &str) -> Option<HeldPointer> {
     serde_json::from_slice(&bytes).ok()
 }
 
-/// Keeps `pointer` as the one `cache` holds for `name`, unless it holds that one already.
-fn note_pointer(cache: &Store, name: &str, pointer: &Pointer) -> Result<(), StoreError> {
-    let held = HeldPointer {
+/// Keeps `pointer` as the one `cache` holds for `name`, unless it is `held`, the one it held.
+fn note_pointer(
+    cache: &Store,
+    name: &str,
+    pointer: &Pointer,
+    held: Option<&HeldPointer>,
+) -> Result<(), StoreError> {
+    let held_now = HeldPointer {
         sequence: pointer.sequence,
         version: pointer.version.clone(),
         record_sha256: pointer.record_sha256.clone(),
     };
-    if held_pointer(cache, name).as_ref() == Some(&held) {
+    if held == Some(&held_now) {
         return Ok(());
     }
+    let held = held_now;
     cache.note(
         name,
         "pointer",
@@ -381,14 +399,14 @@ fn note_pointer(cache: &Store, name: &str, pointer: &Pointer) -> Result<(), Stor
 
 /// Whether the node may move `name` to `pointer`: under `--require-signed` only when a
 /// trusted key signed it, and never to a pointer older than the one it holds (nor to another
-/// one of the same sequence).
+/// one of the same sequence). Returns the pointer it holds.
 fn check_pointer(
     bucket: &Bucket,
     cache: &Store,
     name: &str,
     pointer: &Pointer,
     trust: &Trust,
-) -> Result<(), RemoteError> {
+) -> Result<Option<HeldPointer>, RemoteError> {
     if trust.require_signed {
         let signed = match &pointer.signature {
             None => Err("the pointer is not signed".to_string()),
@@ -406,7 +424,7 @@ fn check_pointer(
         }
     }
     let Some(held) = held_pointer(cache, name) else {
-        return Ok(());
+        return Ok(None);
     };
     let same = pointer.version == held.version && pointer.record_sha256 == held.record_sha256;
     let older = pointer.sequence < held.sequence || (pointer.sequence == held.sequence && !same);
@@ -421,7 +439,7 @@ fn check_pointer(
             held_version: held.version,
         });
     }
-    Ok(())
+    Ok(Some(held))
 }
 
 /// Reads a record (and its bytes), checked against `digest` when given, and against its own
@@ -527,11 +545,11 @@ pub async fn sync_to(
         }
         Ok(stored)
     };
-    check_pointer(bucket, cache, name, pointer, trust)?;
+    let holding = check_pointer(bucket, cache, name, pointer, trust)?;
     let held = cache.version(name, &pointer.version).ok();
     if let Some(held) = &held {
         if cache.noted_record(name, &pointer.version).as_deref() == Some(&pointer.record_sha256) {
-            note_pointer(cache, name, pointer)?;
+            note_pointer(cache, name, pointer, holding.as_ref())?;
             return Ok(Synced {
                 stored: offer(held.clone())?,
                 fetched: false,
@@ -638,7 +656,7 @@ pub async fn sync_to(
         }
     };
     cache.note_record(name, &pointer.version, &pointer.record_sha256)?;
-    note_pointer(cache, name, pointer)?;
+    note_pointer(cache, name, pointer, holding.as_ref())?;
     Ok(Synced {
         fetched: fetched_now,
         stored: offer(stored)?,

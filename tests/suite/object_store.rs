@@ -782,6 +782,27 @@ fn a_pointer_older_than_the_one_held_is_refused_and_under_require_signed_so_is_a
         1,
         "{logged}"
     );
+
+    // A sequence at its end, as a bucket writer may put there: the next upload is refused with
+    // the reason, never wrapped round to an older number.
+    let mut last = old.clone();
+    last.sequence = u64::MAX;
+    put_pointer(&seaweed, "rollback", &serde_json::to_vec(&last).unwrap());
+    let package = greet_version("1.3.0");
+    let out = hako(
+        &seaweed,
+        "rollback",
+        uploader.path(),
+        &[
+            "upload",
+            support::arg(package.path()),
+            "--signing-key",
+            &private,
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("past which none can follow"), "{stderr}");
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(
