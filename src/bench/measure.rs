@@ -278,13 +278,10 @@ fn run_batch(
         }
         state.load.push(elapsed);
 
-        let started = Instant::now();
-        let answer = state.subject.call(&ready, workload);
-        let elapsed = started.elapsed();
-        if let Err(err) = check(answer, reference) {
-            return state.fail("a call with the module in memory", err);
+        match timed_call(&state.subject, &ready, workload, reference) {
+            Ok(elapsed) => state.in_memory.push(elapsed),
+            Err(err) => return state.fail("a call with the module in memory", err),
         }
-        state.in_memory.push(elapsed);
 
         let started = Instant::now();
         let answer = state
@@ -298,13 +295,10 @@ fn run_batch(
         state.from_disk.push(elapsed);
     }
     for _ in 0..batch {
-        let started = Instant::now();
-        let answer = state.subject.call(&ready, workload);
-        let elapsed = started.elapsed();
-        if let Err(err) = check(answer, reference) {
-            return state.fail("a call back to back with the module in memory", err);
+        match timed_call(&state.subject, &ready, workload, reference) {
+            Ok(elapsed) => state.back_to_back.push(elapsed),
+            Err(err) => return state.fail("a call back to back with the module in memory", err),
         }
-        state.back_to_back.push(elapsed);
     }
 
     match threaded(
@@ -326,6 +320,19 @@ fn run_batch(
         }
         Err(err) => state.fail("a call from several threads", err),
     }
+}
+
+/// How long one call of the module in memory took, once its answer is checked.
+fn timed_call(
+    subject: &Subject,
+    ready: &Ready,
+    workload: &Workload,
+    reference: &mut Option<CallResult>,
+) -> Result<Duration, String> {
+    let started = Instant::now();
+    let answer = subject.call(ready, workload);
+    let elapsed = started.elapsed();
+    check(answer, reference).map(|()| elapsed)
 }
 
 /// What a batch of calls from several threads at once did.
