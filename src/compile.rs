@@ -14,11 +14,12 @@
 //! asks for (`upload`).
 
 use std::io::{Read, Write};
+use std::panic::AssertUnwindSafe;
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::{mpsc, OnceLock};
+use std::sync::{mpsc, Arc, OnceLock};
 use std::time::Duration;
 
-use hako_engine_api::{EngineError, MemoryImage, Serialized};
+use hako_engine_api::{EngineError, MemoryImage, Module, Serialized};
 
 use crate::engines::{self, EngineConfig};
 use crate::package::MAX_MODULE_BYTES;
@@ -132,9 +133,37 @@ fn in_process(
     target: Option<&str>,
     wasm: &[u8],
 ) -> Result<Serialized, CompileError> {
-    Ok(engines::engine(config, target)?
-        .compile(wasm)?
-        .serialize()?)
+    Ok(compile_here(config, target, wasm)?.serialize()?)
+}
+
+/// Compiles `wasm` with `config` for `target` in this process, unbounded, for a caller that
+/// runs the module here (and for [`compile`] where no child can be started). A compiler that
+/// panics on a module built against it (an assertion of its own: wasmer's LLVM translator
+/// asserts on NaN canonicalisation states a drawn module reaches) is `compile.crash`, as the
+/// same panic is in the worker, instead of unwinding into the caller.
+pub fn compile_here(
+    config: EngineConfig,
+    target: Option<&str>,
+    wasm: &[u8],
+) -> Result<Arc<dyn Module>, CompileError> {
+    let engine = engines::engine(config, target)?;
+    match std::panic::catch_unwind(AssertUnwindSafe(|| engine.compile(wasm))) {
+        Ok(compiled) => Ok(compiled?),
+        Err(panic) => Err(CompileError::Crashed {
+            config: config.name(),
+            status: "a panic".into(),
+            stderr: panic_message(panic.as_ref()).to_string(),
+        }),
+    }
+}
+
+/// What a panic said, when it said it in words.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(words), _) => words,
+        (None, Some(words)) => words,
+        (None, None) => "(no message)",
+    }
 }
 
 /// The name of the hidden subcommand the worker answers to.
@@ -401,6 +430,39 @@ fn decode(bytes: &[u8]) -> Option<Serialized> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A v128 whose f64 lanes may hold a NaN not yet made canonical (`f64x2.trunc`), given an
+    /// i32 lane (`i32x4.replace_lane`): wasmer's LLVM translator asserts that the two states
+    /// agree (a debug assertion of wasmer-compiler-llvm 7.4, on in test builds). The
+    /// hostile-guest fuzzer drew it.
+    #[cfg(feature = "llvm")]
+    const LLVM_ASSERTS: &str = r#"(module
+        (func (export "_start")
+          (drop (i32x4.replace_lane 1
+            (f64x2.trunc (f32x4.splat (f32.neg (f32.const 1))))
+            (i32.const -8192)))))"#;
+
+    #[cfg(feature = "llvm")]
+    #[test]
+    fn a_compiler_that_panics_is_compile_crash_and_the_process_goes_on() {
+        let wasm = wat::parse_str(LLVM_ASSERTS).unwrap();
+        let llvm = EngineConfig::wasmer(crate::engines::Compiler::Llvm);
+        match compile_here(llvm, None, &wasm) {
+            Err(crashed @ CompileError::Crashed { .. }) => {
+                assert_eq!(crashed.rule(), Some("compile.crash"));
+                let message = crashed.to_string();
+                assert!(message.contains("(a panic)"), "{message}");
+                assert!(message.contains("has_pending_f64_nan"), "{message}");
+            }
+            // Without debug assertions the translator goes on and compiles it.
+            Ok(_) if !cfg!(debug_assertions) => {}
+            Ok(_) => panic!("wasmer's LLVM translator no longer asserts here: update the module"),
+            Err(other) => panic!("another error than a crash: {other}"),
+        }
+        // This process compiles and runs on: the same compiler takes the next module.
+        let next = wat::parse_str(r#"(module (func (export "_start")))"#).unwrap();
+        compile_here(llvm, None, &next).expect("a compile after the panic");
+    }
 
     #[test]
     fn an_answer_reads_back_with_and_without_an_image() {

@@ -245,9 +245,7 @@ fn engine_names(asked: &[String]) -> Result<Vec<String>, Failure> {
 /// Runs discovery on a package from disk, with hako's default engine.
 fn discover(workload: &Workload) -> Result<Vec<Tool>, Failure> {
     let (config, _) = engines::effective_config(EngineConfig::DEFAULT, workload.uses_simd);
-    let engine = engines::engine(config, None).map_err(|err| Failure::Host(err.into()))?;
-    let module = engine
-        .compile(&workload.wasm)
+    let module = crate::compile::compile_here(config, None, &workload.wasm)
         .map_err(|err| Failure::Host(err.into()))?;
     match crate::call::discover(&module, &workload.program, workload.assets.clone()) {
         Ok(discovery) => Ok(discovery.tools),

@@ -279,18 +279,22 @@ impl Fuzzer {
         for index in 0..self.subjects.len() {
             let (config, _) =
                 engines::effective_config(self.subjects[index].config, facts.uses_simd);
-            let module = match engines::engine(config, None).and_then(|e| e.compile(wasm)) {
+            let module = match hako::compile::compile_here(config, None, wasm) {
                 Ok(module) => module,
                 Err(err) => {
-                    // A compiler's own limit, not a bound of the host: kept and said, since an
-                    // upload with that compiler would be refused for it.
+                    // A compiler's own limit or fault, not a bound of the host: kept and said,
+                    // since an upload with that compiler would be refused for it (a compiler
+                    // that panicked: `compile.crash`, and this process lives on).
                     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
                         "hostile-guests-compile-error-{}.wasm",
                         self.compile_errors
                     ));
                     let _ = std::fs::write(&path, wasm);
                     println!(
-                        "{NAME}: {name} does not compile on {config}: {} ({})",
+                        "{NAME}: {name} does not compile on {config}{}: {} ({})",
+                        err.rule()
+                            .map(|rule| format!(" ({rule})"))
+                            .unwrap_or_default(),
                         hako::error_chain(&err),
                         path.display()
                     );

@@ -217,11 +217,12 @@ fn fault_at(address: usize) -> libc::siginfo_t {
     // SAFETY: an all-zero siginfo_t is a valid value of the plain C struct.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     info.si_signo = libc::SIGSEGV;
-    info.si_code = 1; // SEGV_MAPERR
-                      // The fault address is the first field of the union after the three ints and the padding
-                      // that aligns it: offset 16 on the 64-bit Linux targets (checked by a test against
-                      // `si_addr()`, libc's reader of the same field).
-                      // SAFETY: the offset is inside the struct (128 bytes) and aligned for a pointer.
+    // SEGV_MAPERR.
+    info.si_code = 1;
+    // The fault address is the first field of the union after the three ints and the padding
+    // that aligns it: offset 16 on the 64-bit Linux targets (checked by a test against
+    // `si_addr()`, libc's reader of the same field).
+    // SAFETY: the offset is inside the struct (128 bytes) and aligned for a pointer.
     unsafe {
         (&raw mut info)
             .cast::<u8>()
