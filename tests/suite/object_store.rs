@@ -662,9 +662,9 @@ fn a_pointer_older_than_the_one_held_is_refused_and_under_require_signed_so_is_a
     let keys = tempfile::tempdir().unwrap();
     let (private, public) = keygen(keys.path(), "uploader");
     let uploader = tempfile::tempdir().unwrap();
-    let upload = |version: &str| {
+    let try_upload = |version: &str| {
         let package = greet_version(version);
-        succeeded(&hako(
+        hako(
             &seaweed,
             "rollback",
             uploader.path(),
@@ -674,7 +674,10 @@ fn a_pointer_older_than_the_one_held_is_refused_and_under_require_signed_so_is_a
                 "--signing-key",
                 &private,
             ],
-        ));
+        )
+    };
+    let upload = |version: &str| {
+        succeeded(&try_upload(version));
     };
     let (runtime, bucket) = seaweed.bucket("rollback");
     let pointer_bytes = || match runtime
@@ -788,18 +791,7 @@ fn a_pointer_older_than_the_one_held_is_refused_and_under_require_signed_so_is_a
     let mut last = old.clone();
     last.sequence = u64::MAX;
     put_pointer(&seaweed, "rollback", &serde_json::to_vec(&last).unwrap());
-    let package = greet_version("1.3.0");
-    let out = hako(
-        &seaweed,
-        "rollback",
-        uploader.path(),
-        &[
-            "upload",
-            support::arg(package.path()),
-            "--signing-key",
-            &private,
-        ],
-    );
+    let out = try_upload("1.3.0");
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("past which none can follow"), "{stderr}");
