@@ -11,21 +11,27 @@
 //! user's watch limit reached), the package is read at every request, as before.
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::CString;
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::mem::MaybeUninit;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use rustix::io::Errno;
+
 /// The events that can change what a package folder's `current` says, or end the watch.
-const PACKAGE_EVENTS: u32 = libc::IN_MOVED_TO
-    | libc::IN_MOVED_FROM
-    | libc::IN_CREATE
-    | libc::IN_CLOSE_WRITE
-    | libc::IN_DELETE
-    | libc::IN_DELETE_SELF
-    | libc::IN_MOVE_SELF
-    | libc::IN_ONLYDIR;
+const PACKAGE_EVENTS: WatchFlags = WatchFlags::MOVED_TO
+    .union(WatchFlags::MOVED_FROM)
+    .union(WatchFlags::CREATE)
+    .union(WatchFlags::CLOSE_WRITE)
+    .union(WatchFlags::DELETE)
+    .union(WatchFlags::DELETE_SELF)
+    .union(WatchFlags::MOVE_SELF)
+    .union(WatchFlags::ONLYDIR);
+
+/// The events after which a watch is gone: its folder was removed or moved.
+const WATCH_ENDED: ReadFlags = ReadFlags::IGNORED
+    .union(ReadFlags::DELETE_SELF)
+    .union(ReadFlags::MOVE_SELF);
 
 /// What changed since the last look.
 #[derive(Debug, PartialEq, Eq)]
@@ -47,15 +53,8 @@ pub struct CurrentWatch {
 impl CurrentWatch {
     /// A watch with no folder watched yet.
     pub fn new() -> Self {
-        // SAFETY: inotify_init1 takes flags only; a non-negative result is a new descriptor
-        // that nothing else owns.
-        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-        let fd = (fd >= 0).then(|| {
-            // SAFETY: `fd` was just opened and is owned here alone.
-            unsafe { OwnedFd::from_raw_fd(fd) }
-        });
         Self {
-            fd,
+            fd: inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC).ok(),
             names: HashMap::new(),
             watches: HashMap::new(),
         }
@@ -75,14 +74,9 @@ impl CurrentWatch {
         let Some(fd) = &self.fd else {
             return false;
         };
-        let Ok(path) = CString::new(dir.as_os_str().as_bytes()) else {
+        let Ok(wd) = inotify::add_watch(fd, dir, PACKAGE_EVENTS) else {
             return false;
         };
-        // SAFETY: a live inotify descriptor and a NUL-terminated path.
-        let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), path.as_ptr(), PACKAGE_EVENTS) };
-        if wd < 0 {
-            return false;
-        }
         // The same folder under another name (a link) shares the descriptor: the later name
         // takes it, and the earlier one is read again.
         if let Some(earlier) = self.names.insert(wd, name.to_string()) {
@@ -98,84 +92,51 @@ impl CurrentWatch {
             return Changes::All;
         };
         let mut changed = HashSet::new();
+        let mut overflowed = false;
         // Room for many events at once; an event is 16 bytes and a name of at most NAME_MAX.
-        let mut buffer = [0u8; 4096];
-        loop {
-            // SAFETY: reads into a buffer of the length given, from a live descriptor.
-            let n = unsafe { libc::read(fd.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len()) };
-            if n < 0 {
-                let err = io::Error::last_os_error();
-                if err.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                if err.kind() == io::ErrorKind::WouldBlock {
-                    return Changes::Some(changed);
-                }
-                // Nothing can be known from a descriptor that fails: read everything, always.
-                self.fd = None;
-                self.names.clear();
-                self.watches.clear();
-                return Changes::All;
+        let mut buffer = [MaybeUninit::<u8>::uninit(); 4096];
+        let mut events = inotify::Reader::new(fd, &mut buffer);
+        let failed = loop {
+            let event = match events.next() {
+                Ok(event) => event,
+                Err(Errno::INTR) => continue,
+                Err(Errno::AGAIN) => break false,
+                Err(_) => break true,
+            };
+            if event.events().contains(ReadFlags::QUEUE_OVERFLOW) {
+                // Drained to its end all the same, so that the next look starts afresh.
+                overflowed = true;
+                continue;
             }
-            let mut at = 0;
-            let n = n as usize;
-            while at + HEADER <= n {
-                let event = parse(&buffer[at..n]);
-                at += HEADER + event.len;
-                if event.mask & libc::IN_Q_OVERFLOW != 0 {
-                    return self.all_after_drain();
-                }
-                let Some(name) = self.names.get(&event.wd).cloned() else {
-                    continue;
-                };
-                if event.mask & (libc::IN_IGNORED | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF) != 0
-                {
-                    self.names.remove(&event.wd);
-                    self.watches.remove(&name);
-                    changed.insert(name);
-                } else if event.name == b"current" {
-                    changed.insert(name);
-                }
+            let Some(name) = self.names.get(&event.wd()) else {
+                continue;
+            };
+            if event.events().intersects(WATCH_ENDED) {
+                let name = name.clone();
+                self.names.remove(&event.wd());
+                self.watches.remove(&name);
+                changed.insert(name);
+            } else if event.file_name().map(|file| file.to_bytes()) == Some(b"current") {
+                changed.insert(name.clone());
             }
+        };
+        if failed {
+            // Nothing can be known from a descriptor that fails: read everything, always.
+            self.fd = None;
+            self.names.clear();
+            self.watches.clear();
+            return Changes::All;
         }
-    }
-
-    /// Empties the queue after an overflow, and says that anything may have changed.
-    fn all_after_drain(&mut self) -> Changes {
-        while matches!(self.changes(), Changes::Some(ref more) if !more.is_empty()) {}
-        Changes::All
+        if overflowed {
+            return Changes::All;
+        }
+        Changes::Some(changed)
     }
 }
 
 impl Default for CurrentWatch {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// The size of `struct inotify_event` before its name.
-const HEADER: usize = std::mem::size_of::<libc::inotify_event>();
-
-struct Event<'a> {
-    wd: i32,
-    mask: u32,
-    /// The length of the name field (padded with NULs).
-    len: usize,
-    /// The name, without its padding.
-    name: &'a [u8],
-}
-
-/// The event at the start of `bytes`, which the kernel filled with whole events.
-fn parse(bytes: &[u8]) -> Event<'_> {
-    let word = |at: usize| u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
-    let len = word(12) as usize;
-    let name = bytes.get(HEADER..HEADER + len).unwrap_or_default();
-    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-    Event {
-        wd: word(0) as i32,
-        mask: word(4),
-        len,
-        name: &name[..end],
     }
 }
 
