@@ -67,6 +67,33 @@ pub enum CallError {
 struct ServedTable {
     entries: HashMap<String, TableEntry>,
     watch: CurrentWatch,
+    /// How many times a look at the watch found changes: a read of the store made without
+    /// the lock is known fresh only when this did not move meanwhile.
+    epoch: u64,
+}
+
+impl ServedTable {
+    /// Takes in what the kernel said changed since the last look.
+    fn drain(&mut self) {
+        match self.watch.changes() {
+            Changes::All => {
+                self.epoch += 1;
+                self.entries
+                    .values_mut()
+                    .for_each(|entry| entry.fresh = false);
+            }
+            Changes::Some(names) => {
+                if !names.is_empty() {
+                    self.epoch += 1;
+                }
+                for changed in names {
+                    if let Some(entry) = self.entries.get_mut(&changed) {
+                        entry.fresh = false;
+                    }
+                }
+            }
+        }
+    }
 }
 
 struct TableEntry {
@@ -128,31 +155,26 @@ impl Calls {
 
     /// The package `name` as it is offered now. Reads its `current` only when the package is
     /// new here or the kernel said it may have changed ([`CurrentWatch`]), and the version's
-    /// records only when the version changed.
+    /// records only when the version changed. The reads run without the table's lock, so that
+    /// reading one package's module never holds up a request for another.
     pub fn package(&self, name: &str) -> Result<Arc<Served>, CallError> {
         if !is_valid_name(name) {
             return Err(CallError::UnknownPackage(name.to_string()));
         }
-        let mut table = self.served.lock().unwrap_or_else(|p| p.into_inner());
-        let table = &mut *table;
-        match table.watch.changes() {
-            Changes::All => table
-                .entries
-                .values_mut()
-                .for_each(|entry| entry.fresh = false),
-            Changes::Some(names) => {
-                for changed in names {
-                    if let Some(entry) = table.entries.get_mut(&changed) {
-                        entry.fresh = false;
-                    }
-                }
+        let (watched, epoch, held) = {
+            let mut table = self.table();
+            table.drain();
+            if let Some(entry) = table.entries.get(name).filter(|entry| entry.fresh) {
+                return Ok(Arc::clone(&entry.served));
             }
-        }
-        if let Some(entry) = table.entries.get(name).filter(|entry| entry.fresh) {
-            return Ok(Arc::clone(&entry.served));
-        }
-        // Watched before `current` is read, so that a change after the read is seen.
-        let fresh = table.watch.watch(name, &self.store.package_path(name));
+            // Watched before `current` is read, so that a change after the read is seen.
+            let watched = table.watch.watch(name, &self.store.package_path(name));
+            let held = table
+                .entries
+                .get(name)
+                .map(|entry| Arc::clone(&entry.served));
+            (watched, table.epoch, held)
+        };
         let version = match self.store.current_version(name) {
             Ok(version) => version,
             Err(StoreError::UnknownPackage(_)) => {
@@ -160,23 +182,25 @@ impl Calls {
             }
             Err(err) => return Err(err.into()),
         };
-        if let Some(entry) = table.entries.get_mut(name) {
-            if entry.served.stored.record.version == version {
-                entry.fresh = fresh;
-                return Ok(Arc::clone(&entry.served));
+        let served = match held.filter(|held| held.stored.record.version == version) {
+            Some(held) => held,
+            None => {
+                let stored = self.store.get(name)?;
+                let wasm = stored.wasm()?;
+                let policy = Arc::new(self.policy.for_package(name, &[])?);
+                Arc::new(Served {
+                    stored,
+                    wasm,
+                    policy,
+                })
             }
-        }
-        let stored = self.store.get(name)?;
-        let wasm = stored.wasm()?;
-        let policy = Arc::new(self.policy.for_package(name, &[])?);
-        let served = Arc::new(Served {
-            stored,
-            wasm,
-            policy,
-        });
-        // What `get` read is the version of the pointer read now or a later one: fresh only
-        // when it is the one read, else read again next time.
-        let fresh = fresh && served.stored.record.version == version;
+        };
+        let mut table = self.table();
+        table.drain();
+        // Fresh only when no change at all was seen since the watch was set (one seen while
+        // the store was read may be this package's, and another request may have drained it),
+        // and what was read is the version of the pointer read (`get` may read a later one).
+        let fresh = watched && table.epoch == epoch && served.stored.record.version == version;
         table.entries.insert(
             name.to_string(),
             TableEntry {
@@ -185,6 +209,10 @@ impl Calls {
             },
         );
         Ok(served)
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, ServedTable> {
+        self.served.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Admits a call of `tool` on `package` to the guest pool, or refuses it at once; the
