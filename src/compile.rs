@@ -159,11 +159,11 @@ pub fn compile_here(
 
 /// What a panic said, when it said it in words.
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
-    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
-        (Some(words), _) => words,
-        (None, Some(words)) => words,
-        (None, None) => "(no message)",
-    }
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 /// The name of the hidden subcommand the worker answers to.
