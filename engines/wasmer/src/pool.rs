@@ -55,6 +55,10 @@ use crate::memory::Usage;
 /// Slots kept idle for reuse; more are unmapped when released.
 const MAX_IDLE: usize = 64;
 
+/// The most bytes of their own (pages put back in place rather than dropped) all idle slots
+/// keep resident together; a slot released past it has its pages dropped first.
+const IDLE_KEPT: usize = 128 << 20;
+
 /// The most resident bytes a released slot keeps (zeroed); a memory that had more touched is
 /// handed back to the kernel whole rather than cleared byte by byte.
 const KEEP_RESIDENT: usize = 16 << 20;
@@ -103,6 +107,9 @@ struct Slot {
     /// too (its file stays open), so that the next memory of the same module, which asks for
     /// this very image, maps nothing.
     image: Option<Arc<Image>>,
+    /// The bytes of its own the slot keeps resident since its last reset (pages put back in
+    /// place); counted against [`IDLE_KEPT`] while it is idle.
+    kept: usize,
 }
 
 // SAFETY: a slot is an address range owned by whoever holds the `Slot`; nothing about it is
@@ -139,6 +146,7 @@ impl Slot {
             resets_since_scan: 0,
             scanned_length: 0,
             image: None,
+            kept: 0,
         })
     }
 
@@ -245,11 +253,13 @@ impl Slot {
     /// page is dropped; a page touched outside that set in between is dropped like any other,
     /// so a stale set costs page faults, never stale data.
     fn reset(&mut self) -> io::Result<()> {
+        self.kept = 0;
         if self.accessible == 0 {
             return Ok(());
         }
         if let Some(touched) = touched_pages(self.base, 0, self.accessible) {
-            return self.restore_touched(&touched);
+            self.kept = self.restore_touched(&touched)?;
+            return Ok(());
         }
         if self.resets_since_scan >= RESCAN_EVERY || self.scanned_length != self.accessible {
             self.scan();
@@ -260,18 +270,29 @@ impl Slot {
             self.drop_pages(image_start, image_end - image_start)?;
         }
         self.clear(0, image_start)?;
-        self.clear(image_end, self.accessible)
+        self.clear(image_end, self.accessible)?;
+        self.kept = self.hot.iter().map(|(start, end)| end - start).sum();
+        Ok(())
+    }
+
+    /// Hands every accessible page back to the kernel (the image's span reads the file again,
+    /// the rest zero): the slot keeps nothing of its own.
+    fn drop_all(&mut self) -> io::Result<()> {
+        self.kept = 0;
+        self.drop_pages(0, self.accessible)
     }
 
     /// Puts back the `touched` pages (ascending byte ranges of this slot's own pages): in the
-    /// image's span from the image, elsewhere with zeros.
-    fn restore_touched(&self, touched: &[(usize, usize)]) -> io::Result<()> {
+    /// image's span from the image, elsewhere with zeros. Returns the bytes put back in place,
+    /// which stay resident.
+    fn restore_touched(&self, touched: &[(usize, usize)]) -> io::Result<usize> {
         let (image_start, image_end) = self.image_span();
         // The part of a run inside the image's span (empty when it has none, or no image).
         let inside = |&(from, to): &(usize, usize)| (from.max(image_start), to.min(image_end));
         let length = |(from, to): (usize, usize)| to.saturating_sub(from);
         let all: usize = touched.iter().copied().map(length).sum();
         let in_image: usize = touched.iter().map(inside).map(length).sum();
+        let mut kept_in_image = 0;
         if in_image > 0 {
             match self.image.as_ref().and_then(|image| image.bytes()) {
                 Some(source) if in_image <= RESTORE_IN_PLACE => {
@@ -287,13 +308,15 @@ impl Slot {
                             )
                         };
                     }
+                    kept_in_image = in_image;
                 }
                 _ => self.drop_pages(image_start, image_end - image_start)?,
             }
         }
         if all - in_image > KEEP_RESIDENT {
             self.drop_pages(0, image_start)?;
-            return self.drop_pages(image_end, self.accessible - image_end);
+            self.drop_pages(image_end, self.accessible - image_end)?;
+            return Ok(kept_in_image);
         }
         // The parts of each run before and after the image's span.
         let parts = touched
@@ -304,7 +327,7 @@ impl Slot {
             // more (its instance is gone) and nothing else holds a reference into it.
             unsafe { std::ptr::write_bytes(self.base.as_ptr().add(from), 0, to - from) };
         }
-        Ok(())
+        Ok(kept_in_image + all - in_image)
     }
 
     /// The image's span, or an empty one at 0.
@@ -494,26 +517,50 @@ fn touched_pages(base: NonNull<u8>, start: usize, end: usize) -> Option<Vec<(usi
     Some(runs)
 }
 
-/// The process's idle slots.
-static IDLE: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
+/// The process's idle slots, and the bytes of their own they keep resident together.
+struct Idle {
+    slots: Vec<Slot>,
+    kept: usize,
+}
+
+impl Idle {
+    const fn new() -> Mutex<Idle> {
+        Mutex::new(Idle {
+            slots: Vec::new(),
+            kept: 0,
+        })
+    }
+}
+
+static IDLE: Mutex<Idle> = Idle::new();
+
+fn lock(pool: &Mutex<Idle>) -> std::sync::MutexGuard<'_, Idle> {
+    pool.lock().unwrap_or_else(|poison| poison.into_inner())
+}
 
 /// An idle slot for a memory with `image`, or a new one.
 fn take_slot(image: Option<&Arc<Image>>) -> io::Result<Slot> {
-    let idle = {
-        let mut idle = IDLE.lock().unwrap_or_else(|poison| poison.into_inner());
-        choose(&idle, image).map(|index| idle.swap_remove(index))
+    let taken = {
+        let mut idle = lock(&IDLE);
+        let taken = choose(&idle.slots, image).map(|index| idle.slots.swap_remove(index));
+        if let Some(slot) = &taken {
+            idle.kept -= slot.kept;
+        }
+        taken
     };
-    match idle {
+    match taken {
         Some(slot) => Ok(slot),
         None => Slot::reserve(),
     }
 }
 
-/// Which of the `idle` slots a memory with `image` takes: one that holds `image` first, else
-/// one that holds no image, else one whose image no module uses any more (only idle slots
-/// hold it), else the last released. A slot holding a live module's image is taken last, so
-/// that a module loaded for a few calls does not take the slots another module keeps being
-/// called on, which would then have to map their image again.
+/// Which of the `idle` slots a memory with `image` takes, or `None` for a new one: one that
+/// holds `image` first, else one that holds no image, else one whose image no module uses any
+/// more (only idle slots hold it). A slot holding a live module's image is taken only when
+/// [`MAX_IDLE`] slots are idle (the last released then): taking it would make the module it
+/// belongs to, the next time it is called, map its image again and fault its pages in anew
+/// (tens of microseconds for a small call), and two modules called in turn would each pay it at
+/// every call. A new slot costs one reservation, and its pages are kept for the next call.
 fn choose(idle: &[Slot], image: Option<&Arc<Image>>) -> Option<usize> {
     if let Some(index) = idle
         .iter()
@@ -535,18 +582,37 @@ fn choose(idle: &[Slot], image: Option<&Arc<Image>>) -> Option<usize> {
             .as_ref()
             .is_some_and(|held| Arc::strong_count(held) <= holders[&Arc::as_ptr(held)])
     };
-    idle.iter()
-        .rposition(unused)
-        .or_else(|| idle.len().checked_sub(1))
+    idle.iter().rposition(unused).or_else(|| {
+        if idle.len() < MAX_IDLE {
+            None
+        } else {
+            idle.len().checked_sub(1)
+        }
+    })
 }
 
-fn give_back(mut slot: Slot) {
+/// Resets a released slot and keeps it idle: with its pages put back in place while the idle
+/// slots keep at most [`IDLE_KEPT`] bytes of their own together, with its pages dropped past
+/// that, and not at all (unmapped) when [`MAX_IDLE`] slots are idle.
+fn give_back(pool: &Mutex<Idle>, mut slot: Slot) {
     if slot.reset().is_err() {
         return; // unmapped by its drop, never reused
     }
-    let mut idle = IDLE.lock().unwrap_or_else(|poison| poison.into_inner());
-    if idle.len() < MAX_IDLE {
-        idle.push(slot);
+    let over = {
+        let idle = lock(pool);
+        if idle.slots.len() >= MAX_IDLE {
+            return;
+        }
+        idle.kept + slot.kept > IDLE_KEPT
+    };
+    // Dropped outside the lock: other threads take and release slots meanwhile.
+    if over && slot.drop_all().is_err() {
+        return;
+    }
+    let mut idle = lock(pool);
+    if idle.slots.len() < MAX_IDLE {
+        idle.kept += slot.kept;
+        idle.slots.push(slot);
     }
 }
 
@@ -737,7 +803,7 @@ impl LinearMemory for PooledMemory {
 impl Drop for PooledMemory {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            give_back(slot);
+            give_back(&IDLE, slot);
         }
     }
 }
@@ -878,12 +944,51 @@ mod tests {
         idle.push(Slot::reserve().unwrap());
         assert_eq!(choose(&idle, Some(&wanted)), Some(3));
         assert_eq!(choose(&idle, None), Some(3));
-        // Only live modules' images: the last released.
+        // Only live modules' images: a new slot, until as many are idle as are kept.
         let mut idle = vec![with(&kept), with(&wanted)];
         let other = image();
-        assert_eq!(choose(&idle, Some(&other)), Some(1));
+        assert_eq!(choose(&idle, Some(&other)), None);
+        assert_eq!(choose(&idle, None), None);
+        idle.extend((2..MAX_IDLE).map(|_| with(&kept)));
+        assert_eq!(choose(&idle, Some(&other)), Some(MAX_IDLE - 1));
         idle.clear();
         assert_eq!(choose(&idle, Some(&other)), None);
+    }
+
+    #[test]
+    fn idle_slots_keep_at_most_their_budget_of_own_pages() {
+        let pool = Idle::new();
+        let len = KEEP_RESIDENT;
+        let released = IDLE_KEPT / len + 2;
+        let pagemap = {
+            let mut slot = Slot::reserve().unwrap();
+            slot.set_accessible(WASM_PAGE_SIZE).unwrap();
+            touched_pages(slot.base, 0, WASM_PAGE_SIZE).is_some()
+        };
+        for _ in 0..released {
+            let mut slot = Slot::reserve().unwrap();
+            slot.set_accessible(len).unwrap();
+            slot_bytes(&mut slot).fill(1);
+            give_back(&pool, slot);
+        }
+        let mut idle = lock(&pool);
+        assert_eq!(idle.slots.len(), released);
+        assert!(idle.kept <= IDLE_KEPT, "{} bytes kept", idle.kept);
+        let kept: Vec<usize> = idle.slots.iter().map(|slot| slot.kept).collect();
+        assert_eq!(idle.kept, kept.iter().sum::<usize>());
+        // Whole slots kept in place while they fit, then slots dropped.
+        assert_eq!(
+            kept.iter().filter(|&&bytes| bytes == len).count(),
+            IDLE_KEPT / len
+        );
+        assert_eq!(kept.iter().filter(|&&bytes| bytes == 0).count(), 2);
+        for slot in &mut idle.slots {
+            if pagemap {
+                let states = resident(slot, 0, slot.accessible);
+                assert!(states.iter().all(|&state| state == (slot.kept == len)));
+            }
+            assert!(slot_bytes(slot).iter().all(|&byte| byte == 0));
+        }
     }
 
     /// An image of three wasm pages at 64 KiB, each byte its offset's low bits plus one.
