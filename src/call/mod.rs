@@ -15,6 +15,7 @@ mod session;
 use std::sync::Arc;
 
 use hako_engine_api::Module;
+pub use hako_engine_api::Teardown;
 use simd_json::BorrowedValue;
 
 pub use command::{run_command, Command, CommandExit, Mount, OutputStream, StreamFailure, Streams};
@@ -75,8 +76,22 @@ pub struct ToolRequest<'a> {
 pub fn call_tool(
     module: &Arc<dyn Module>,
     request: ToolRequest<'_>,
-    mut stats: CallStats,
+    stats: CallStats,
 ) -> Result<CallOutcome, RunError> {
+    call_tool_answer_first(module, request, stats).map(|(outcome, teardown)| {
+        teardown.finish();
+        outcome
+    })
+}
+
+/// [`call_tool`], handing back what is left of the run (its instance and memory) for the
+/// caller to drop once it has sent the answer (or the crash): a memory's reset then costs the
+/// caller's client no wait.
+pub fn call_tool_answer_first(
+    module: &Arc<dyn Module>,
+    request: ToolRequest<'_>,
+    mut stats: CallStats,
+) -> Result<(CallOutcome, Teardown), RunError> {
     let conversation = ToolCall {
         tool: request.tool.to_string(),
         arguments: request.arguments,
@@ -92,15 +107,19 @@ pub fn call_tool(
     )?;
     stats.run_us = ran.run_us;
     stats.memory_bytes = ran.memory_bytes;
+    let teardown = std::mem::take(&mut ran.teardown);
     stats.stdout_bytes = ran.session.stdout_bytes();
     stats.stderr_bytes = ran.session.stderr_bytes();
     let stderr = ran.session.stderr_tail();
     if let Some(crash) = ran.crash.take() {
-        return Ok(CallOutcome::Crashed {
-            crash,
-            stderr,
-            stats,
-        });
+        return Ok((
+            CallOutcome::Crashed {
+                crash,
+                stderr,
+                stats,
+            },
+            teardown,
+        ));
     }
     let mut result = take_result(&mut ran);
     for block in &mut result.content {
@@ -108,11 +127,14 @@ pub fn call_tool(
             *block = read_link(&ran, path);
         }
     }
-    Ok(CallOutcome::Answered {
-        result,
-        stderr,
-        stats,
-    })
+    Ok((
+        CallOutcome::Answered {
+            result,
+            stderr,
+            stats,
+        },
+        teardown,
+    ))
 }
 
 fn take_result(ran: &mut runner::Ran<ToolCall>) -> CallResult {

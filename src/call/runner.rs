@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
-use hako_engine_api::{Host, Import, Module, RunExit, RunLimits, Stop};
+use hako_engine_api::{Host, Import, Module, RunExit, RunLimits, Stop, Teardown};
 
 use super::deadline::{CallTimer, DeadlineKind};
 use super::outcome::{Crash, CrashKind};
@@ -127,6 +127,8 @@ pub struct Ran<C> {
     pub session: Session<C>,
     pub run_us: u64,
     pub memory_bytes: u64,
+    /// The instance and memory the run left; see [`Teardown`].
+    pub teardown: Teardown,
     /// The call's volume folders; a fresh `/volume/tmp` is removed when this drops.
     pub volume: CallVolume,
     /// The `/skills` folder made for the call, removed when this drops.
@@ -197,6 +199,7 @@ pub(super) struct HostRun<S> {
     pub exit: RunExit,
     pub stdio: S,
     pub memory_bytes: u64,
+    pub teardown: Teardown,
 }
 
 impl Bounds {
@@ -258,6 +261,7 @@ impl Bounds {
             exit: result.exit,
             stdio: host.wasi.into_stdio(),
             memory_bytes: result.memory_bytes,
+            teardown: result.teardown,
         }
     }
 
@@ -398,6 +402,7 @@ pub fn run<C: Conversation + 'static>(
         session,
         run_us,
         memory_bytes: ran.memory_bytes,
+        teardown: ran.teardown,
         volume,
         _skills: skills_folder,
     })

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use super::current::{Changes, CurrentWatch};
 use super::metrics::Metrics;
 use super::pool::{GuestPool, Rejected};
-use crate::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
+use crate::call::{
+    self, CallOutcome, CallStats, Limits, Mounts, Network, Teardown, ToolRequest, VolumeTmp,
+};
 use crate::engines::EngineConfig;
 use crate::http::{Broker, BrokerError, HyperBroker, PackagePolicy, Policy, PolicyError};
 use crate::package::manifest::is_valid_name;
@@ -235,7 +237,7 @@ impl Calls {
         self.metrics.queued();
         let admitted = self
             .pool
-            .submit(move || calls.run(&package, &tool, arguments, limits));
+            .submit_answer_first(move || calls.run(&package, &tool, arguments, limits));
         match admitted {
             Ok(receiver) => Ok(receiver),
             Err(rejected) => {
@@ -259,17 +261,22 @@ impl Calls {
             .map_err(|_| CallError::Host("the guest thread lost the call".into()))?
     }
 
-    /// Runs one call on the current (guest) thread.
+    /// Runs one call on the current (guest) thread; hands back its outcome and what is left of
+    /// the run, to drop once the outcome is sent.
     fn run(
         &self,
         package: &Served,
         tool: &str,
         arguments: serde_json::Value,
         limits: Limits,
-    ) -> Result<CallOutcome, CallError> {
-        metered(&self.metrics, || {
-            self.run_counted(package, tool, arguments, limits)
-        })
+    ) -> (Result<CallOutcome, CallError>, Teardown) {
+        let mut teardown = Teardown::default();
+        let outcome = metered(&self.metrics, || {
+            let (outcome, left) = self.run_counted(package, tool, arguments, limits)?;
+            teardown = left;
+            Ok(outcome)
+        });
+        (outcome, teardown)
     }
 
     fn run_counted(
@@ -278,7 +285,7 @@ impl Calls {
         tool: &str,
         arguments: serde_json::Value,
         limits: Limits,
-    ) -> Result<CallOutcome, CallError> {
+    ) -> Result<(CallOutcome, Teardown), CallError> {
         let record = &package.stored.record;
         let loaded = self
             .store
@@ -317,7 +324,7 @@ impl Calls {
             load_us: loaded.load_us,
             ..CallStats::default()
         };
-        call::call_tool(&loaded.module, request, stats)
+        call::call_tool_answer_first(&loaded.module, request, stats)
             .map_err(|err| CallError::Host(err.to_string()))
     }
 }

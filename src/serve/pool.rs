@@ -78,10 +78,23 @@ impl GuestPool {
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
+        self.submit_answer_first(move || (job(), ()))
+    }
+
+    /// Queues `job`, which returns its value and what is left of its work; the value is sent
+    /// first, and what is left is dropped after, on the same thread, before it takes the next
+    /// job (a call's instance and memory: their reset then does not delay the answer).
+    pub fn submit_answer_first<T, L, F>(&self, job: F) -> Result<oneshot::Receiver<T>, Rejected>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> (T, L) + Send + 'static,
+    {
         let (answer, receiver) = oneshot::channel();
         let boxed: Job = Box::new(move || {
+            let (value, leftover) = job();
             // The submitter may have gone (a client that hung up); the call still ran.
-            let _ = answer.send(job());
+            let _ = answer.send(value);
+            drop(leftover);
         });
         let sender = self
             .sender
@@ -145,6 +158,29 @@ mod tests {
         let pool = GuestPool::new(2, 4, 1 << 20).unwrap();
         let answer = pool.submit(|| 6 * 7).unwrap();
         assert_eq!(answer.blocking_recv().unwrap(), 42);
+        pool.close_and_join();
+    }
+
+    /// Blocks its drop until the gate opens.
+    struct Gated(Receiver<()>);
+
+    impl Drop for Gated {
+        fn drop(&mut self) {
+            self.0.recv().unwrap();
+        }
+    }
+
+    #[test]
+    fn an_answer_is_sent_before_what_its_job_left_is_dropped() {
+        let pool = GuestPool::new(1, 4, 1 << 20).unwrap();
+        let (release, gate) = channel::<()>();
+        let answer = pool.submit_answer_first(move || (7, Gated(gate))).unwrap();
+        // The leftover's drop waits for the release, which only follows the answer.
+        assert_eq!(answer.blocking_recv().unwrap(), 7);
+        let next = pool.submit(|| 8).unwrap();
+        release.send(()).unwrap();
+        // The thread drops the leftover before it takes the next job.
+        assert_eq!(next.blocking_recv().unwrap(), 8);
         pool.close_and_join();
     }
 

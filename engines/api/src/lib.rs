@@ -122,6 +122,32 @@ pub struct RunResult {
     pub host: Box<dyn Host>,
     /// The guest's linear memory at the end, in bytes.
     pub memory_bytes: u64,
+    /// What is left of the run to drop: the instance and its memory.
+    pub teardown: Teardown,
+}
+
+/// What is left of a finished run: its instance and memory, whose drop puts the memory back
+/// for the next run (an engine's pool resets it then). Nothing of it is read again, so a
+/// caller may send the call's answer first and drop this after; dropping it at once is always
+/// correct. Until it is dropped the memory stays out of the pool, so a caller holds at most
+/// one per thread that runs calls. It stays on the thread that ran the call (an engine's
+/// instance need not be `Send`).
+#[derive(Default)]
+#[must_use = "a teardown does its work when dropped; drop it where the work belongs"]
+pub struct Teardown {
+    _leftover: Option<Box<dyn std::any::Any>>,
+}
+
+impl Teardown {
+    /// A teardown of `leftover`, dropped with it.
+    pub fn new<T: 'static>(leftover: T) -> Self {
+        Teardown {
+            _leftover: Some(Box::new(leftover)),
+        }
+    }
+
+    /// Drops what the run left, now.
+    pub fn finish(self) {}
 }
 
 /// What identifies compiled code: an artifact made under one identity is only ever loaded by

@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 use hako_engine_api::{
     ArtifactFile, Engine, EngineError, EngineIdentity, Host, Import, Module, RunExit, RunLimits,
-    RunResult, Serialized, Stop, Watchdog,
+    RunResult, Serialized, Stop, Teardown, Watchdog,
 };
 use wasmer::sys::{
     CompilerConfig, CpuFeature, EngineBuilder, Features, NativeEngineExt, Target, Triple,
@@ -447,6 +447,7 @@ impl Module for WasmerModule {
             exit,
             host,
             memory_bytes,
+            teardown: Teardown::new((store, env)),
         }
     }
 }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use hako_engine_api::{
-    EngineError, Host, Module, RunExit, RunLimits, RunResult, Serialized, Stop, Watchdog,
+    EngineError, Host, Module, RunExit, RunLimits, RunResult, Serialized, Stop, Teardown, Watchdog,
 };
 use wasmtime::{InstancePre, PoolConcurrencyLimitError, Store, Trap, TypedFunc};
 
@@ -44,6 +44,7 @@ impl Module for ForeignModule {
             )),
             host,
             memory_bytes: 0,
+            teardown: Teardown::default(),
         }
     }
 }
@@ -171,6 +172,7 @@ impl Module for NativeModule {
             exit,
             host,
             memory_bytes,
+            teardown: Teardown::new(store),
         }
     }
 }
