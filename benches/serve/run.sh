@@ -7,7 +7,7 @@
 # 1 / (1/in-process + 1/healthz); each endpoint's calls/s is printed with its share of it, with
 # wrk's p50/p99 and the server's outcome counters.
 #
-#   benches/serve/run.sh [DURATION_S] [CONNECTIONS] [WRK_THREADS] [-- PACKAGE_DIR...]
+#   [HAKO=BINARY] benches/serve/run.sh [DURATION_S] [CONNECTIONS] [WRK_THREADS] [-- PACKAGE_DIR...]
 #
 # Packages default to the greet example and benches/packages/data-8m (its module is built by
 # benches/packages/build.sh); a package's tool and arguments come from its bench.json. wrk
@@ -26,9 +26,12 @@ packages=("$@")
 
 command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install -y wrk)" >&2; exit 1; }
 command -v jq >/dev/null || { echo "jq is not installed (apt-get install -y jq)" >&2; exit 1; }
-cargo build --release --quiet
-target="${CARGO_TARGET_DIR:-target}"
-hako="$target/release/hako"
+# $HAKO names a hako binary to measure instead of building one (release, default features).
+hako="${HAKO:-}"
+if [[ -z "$hako" ]]; then
+  cargo build --release --quiet
+  hako="${CARGO_TARGET_DIR:-target}/release/hako"
+fi
 workers="$(nproc)"
 
 store="$(mktemp -d)"

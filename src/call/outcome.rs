@@ -116,16 +116,20 @@ pub struct CallStats {
     pub memory_bytes: u64,
 }
 
-/// How a call ended.
-#[derive(Debug, Clone, PartialEq)]
+/// How a call ended. It serializes as the outcome object of `hako call --json`: `outcome`
+/// (`ok` or `crashed`) first, then the variant's fields.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "outcome")]
 pub enum CallOutcome {
     /// The function answered; `result` is what the model is shown.
+    #[serde(rename = "ok")]
     Answered {
         result: CallResult,
         stderr: String,
         stats: CallStats,
     },
     /// The function crashed; the model is told so, with the last 4 KiB of stderr.
+    #[serde(rename = "crashed")]
     Crashed {
         crash: Crash,
         stderr: String,
@@ -151,28 +155,13 @@ impl CallOutcome {
 
     /// The outcome object of `hako call --json`.
     pub fn to_json(&self) -> serde_json::Value {
-        match self {
-            CallOutcome::Answered {
-                result,
-                stderr,
-                stats,
-            } => serde_json::json!({
-                "outcome": "ok",
-                "result": result,
-                "stderr": stderr,
-                "stats": stats,
-            }),
-            CallOutcome::Crashed {
-                crash,
-                stderr,
-                stats,
-            } => serde_json::json!({
-                "outcome": "crashed",
-                "crash": crash,
-                "stderr": stderr,
-                "stats": stats,
-            }),
-        }
+        serde_json::to_value(self).expect("an outcome has only string keys")
+    }
+
+    /// The outcome object, written straight to bytes (no `Value` built on the way, which cost
+    /// the server's front end a fifth of its time per call).
+    pub fn to_json_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("an outcome has only string keys")
     }
 }
 
@@ -201,5 +190,37 @@ mod tests {
         assert_eq!(json["outcome"], "crashed");
         assert_eq!(json["crash"]["kind"], "no_exit_after_eof");
         assert_eq!(json["stderr"], "tail");
+    }
+
+    #[test]
+    fn the_outcome_written_as_bytes_is_the_outcome_object() {
+        let stats = CallStats {
+            engine: "wasmer".into(),
+            run_us: 12,
+            ..CallStats::default()
+        };
+        let answered = CallOutcome::Answered {
+            result: CallResult {
+                content: vec![crate::protocol::ShownBlock::Text { text: "hi".into() }],
+                structured: Some(serde_json::json!({"message": "hi"})),
+                is_error: false,
+            },
+            stderr: String::new(),
+            stats: stats.clone(),
+        };
+        let crashed = CallOutcome::Crashed {
+            crash: Crash::new(CrashKind::Trap, "unreachable"),
+            stderr: "tail".into(),
+            stats,
+        };
+        for outcome in [answered, crashed] {
+            let bytes = outcome.to_json_bytes();
+            assert!(bytes.starts_with(b"{\"outcome\":"), "outcome first");
+            let parsed: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(parsed, outcome.to_json());
+            assert_eq!(parsed["stats"]["run_us"], 12);
+            let keys: Vec<&String> = parsed.as_object().unwrap().keys().collect();
+            assert_eq!(keys.len(), 4, "{keys:?}");
+        }
     }
 }

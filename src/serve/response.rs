@@ -45,7 +45,12 @@ pub fn respond(
 
 /// A JSON response.
 pub fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
-    respond(status, "application/json", value.to_string())
+    json_bytes(status, value.to_string())
+}
+
+/// A JSON response of bytes already written.
+pub fn json_bytes(status: StatusCode, json: impl Into<Bytes>) -> Response<Body> {
+    respond(status, "application/json", json)
 }
 
 /// A JSON error response: `{"error": message}`.
