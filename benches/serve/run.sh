@@ -59,7 +59,7 @@ for package in "${packages[@]}"; do
   tool="$(jq -r .tool "$package/bench.json")"
   args="$(jq -c .args "$package/bench.json")"
 
-  inproc="$(TMPDIR="${TMPDIR:-/tmp}" "$hako" bench "$package" --engines wasmer-cranelift --tool "$tool" --args "$args" \
+  inproc="$("$hako" bench "$package" --engines wasmer-cranelift --tool "$tool" --args "$args" \
     --iterations 200 --threads "$workers" --json 2>/dev/null | jq -r '.. | objects | select(has("calls_per_s")) | .calls_per_s' | head -1)"
 
   "$hako" upload "$package" --store "$store" >/dev/null

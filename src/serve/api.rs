@@ -285,7 +285,7 @@ pub async fn call(server: &Arc<Server>, name: &str, request: Request<Incoming>) 
         .call(served, tool.to_string(), arguments, limits)
         .await
     {
-        Ok(outcome) => response::json_bytes(StatusCode::OK, outcome.to_json_bytes()),
+        Ok(outcome) => response::json(StatusCode::OK, &outcome),
         Err(err @ CallError::UnknownTool { .. }) => {
             problem(StatusCode::NOT_FOUND, &err.to_string())
         }

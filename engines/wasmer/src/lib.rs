@@ -447,7 +447,7 @@ impl Module for WasmerModule {
             exit,
             host,
             memory_bytes,
-            teardown: Teardown::new((store, env)),
+            teardown: Teardown::new(store),
         }
     }
 }

@@ -582,13 +582,9 @@ fn choose(idle: &[Slot], image: Option<&Arc<Image>>) -> Option<usize> {
             .as_ref()
             .is_some_and(|held| Arc::strong_count(held) <= holders[&Arc::as_ptr(held)])
     };
-    idle.iter().rposition(unused).or_else(|| {
-        if idle.len() < MAX_IDLE {
-            None
-        } else {
-            idle.len().checked_sub(1)
-        }
-    })
+    idle.iter()
+        .rposition(unused)
+        .or_else(|| (idle.len() >= MAX_IDLE).then(|| idle.len() - 1))
 }
 
 /// Resets a released slot and keeps it idle: with its pages put back in place while the idle
