@@ -25,8 +25,7 @@ pub fn guest_lines(data: &[u8]) {
     let expected = awaited(choice);
     for line in stdout.split(|&byte| byte == b'\n') {
         let mut line = line.to_vec();
-        let sorted = parse_line(&mut line, expected.as_ref());
-        match sorted {
+        parse_line(&mut line, expected.as_ref(), |sorted| match sorted {
             Ok(Line::Notification) => {}
             Ok(Line::Answer(answer)) => {
                 assert!(
@@ -45,7 +44,7 @@ pub fn guest_lines(data: &[u8]) {
                 );
                 assert!(!fault.to_string().is_empty());
             }
-        }
+        });
     }
 }
 

@@ -282,7 +282,7 @@ fn baseline_call(compiled: &dyn Compiled, workload: &Workload) -> Result<CallRes
             }
             other => other.to_string(),
         })?;
-    let shown = match protocol::parse_line(&mut answer, Some(&id)) {
+    protocol::parse_line(&mut answer, Some(&id), |line| match line {
         Ok(Line::Answer(Answer::Result(result))) => {
             protocol::call_result(&result).map_err(|err| format!("bad_result_type: {err}"))
         }
@@ -291,8 +291,7 @@ fn baseline_call(compiled: &dyn Compiled, workload: &Workload) -> Result<CallRes
         }
         Ok(Line::Notification) => Err("the first line is a notification, not the answer".into()),
         Err(err) => Err(format!("{}: {err}", err.crash_kind())),
-    };
-    shown
+    })
 }
 
 fn with_stderr(message: String, stderr: &str) -> String {

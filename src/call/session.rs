@@ -155,16 +155,22 @@ impl<C: Conversation> Session<C> {
 
     /// One complete stdout line (without its `\n`).
     fn take_line(&mut self, line: &mut [u8]) {
-        let outcome = match protocol::parse_line(line, self.expected.as_ref()) {
-            Ok(Line::Notification) => return,
-            Ok(Line::Answer(Answer::Error { code, message })) => Err(Crash::new(
+        let conversation = &mut self.conversation;
+        let outcome = protocol::parse_line(line, self.expected.as_ref(), |line| match line {
+            Ok(Line::Notification) => None,
+            Ok(Line::Answer(Answer::Error { code, message })) => Some(Err(Crash::new(
                 CrashKind::JsonrpcError,
                 format!("the function answered with a JSON-RPC error {code}: {message}"),
-            )),
-            Ok(Line::Answer(Answer::Result(result))) => self.conversation.answered(&result),
-            Err(LineError::NotJsonRpc(why)) => Err(Crash::new(CrashKind::NotJsonrpc, why)),
-            Err(LineError::UnknownId(why)) => Err(Crash::new(CrashKind::UnknownId, why)),
-            Err(LineError::GuestRequest(why)) => Err(Crash::new(CrashKind::GuestRequest, why)),
+            ))),
+            Ok(Line::Answer(Answer::Result(result))) => Some(conversation.answered(&result)),
+            Err(LineError::NotJsonRpc(why)) => Some(Err(Crash::new(CrashKind::NotJsonrpc, why))),
+            Err(LineError::UnknownId(why)) => Some(Err(Crash::new(CrashKind::UnknownId, why))),
+            Err(LineError::GuestRequest(why)) => {
+                Some(Err(Crash::new(CrashKind::GuestRequest, why)))
+            }
+        });
+        let Some(outcome) = outcome else {
+            return;
         };
         match outcome {
             Err(crash) => self.record(crash),

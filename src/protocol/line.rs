@@ -1,7 +1,8 @@
 //! What one stdout line of a guest is, measured against the id the host is waiting for.
 //!
 //! A line is parsed in place with simd-json (the line's own buffer is rewritten to unescape
-//! strings, and the parsed value borrows from it), then sorted into a notification (ignored),
+//! strings, and the parsed value borrows from it), or, when it is long and sparse in escapes,
+//! with `serde_json` into the same value type ([`super::long_line`]), then sorted into a notification (ignored),
 //! the awaited answer, or one of the faults that break a call: not a JSON-RPC message, an id
 //! the host did not ask, or a request of the guest's own. This file does not read what a
 //! result means; that is [`super::result`] and [`super::discovery`].
@@ -22,6 +23,7 @@ use simd_json::prelude::*;
 use simd_json::{BorrowedValue, Buffers, Node, StaticNode};
 
 use super::json::{clip, type_name};
+use super::long_line;
 use super::RequestId;
 
 thread_local! {
@@ -86,14 +88,29 @@ fn not_jsonrpc(why: impl Into<String>) -> LineError {
     LineError::NotJsonRpc(why.into())
 }
 
-/// Sorts one stdout line (without its `\n`) of the guest.
+/// Sorts one stdout line (without its `\n`) of the guest and hands the verdict to `then`.
 ///
 /// `expected` is the id of the outstanding request, or `None` when none is outstanding (then
-/// every response is [`LineError::UnknownId`]). The buffer is rewritten in place while parsing.
-pub fn parse_line<'a>(
-    line: &'a mut [u8],
+/// every response is [`LineError::UnknownId`]). The line is parsed in place with simd-json
+/// (the buffer is rewritten) or, when [`long_line::suits`] it, read with `serde_json`; either
+/// way the value borrows from the buffer. The verdict is handed to `then` rather than
+/// returned so that the `serde_json` path can give the buffer back to simd-json when it gives
+/// up on a line, which a returned borrow would forbid.
+pub fn parse_line<R>(
+    line: &mut [u8],
     expected: Option<&RequestId>,
-) -> Result<Line<'a>, LineError> {
+    then: impl FnOnce(Result<Line<'_>, LineError>) -> R,
+) -> R {
+    if long_line::suits(line) {
+        if let Some(value) = long_line::parse(line) {
+            return then(sort(value, expected));
+        }
+    }
+    then(parse_value(line).and_then(|value| sort(value, expected)))
+}
+
+/// Parses a line in place with simd-json, refusing it when it nests too deep.
+fn parse_value(line: &mut [u8]) -> Result<BorrowedValue<'_>, LineError> {
     let tape = BUFFERS
         .with(|buffers| match buffers.try_borrow_mut() {
             Ok(mut buffers) => simd_json::to_tape_with_buffers(line, &mut buffers),
@@ -107,7 +124,11 @@ pub fn parse_line<'a>(
             "nested deeper than {MAX_NESTING} levels"
         )));
     }
-    let value = simd_json::value::lazy::Value::from_tape(tape.as_value()).into_value();
+    Ok(simd_json::value::lazy::Value::from_tape(tape.as_value()).into_value())
+}
+
+/// Sorts a parsed line into a notification, the awaited answer or a fault.
+fn sort<'a>(value: BorrowedValue<'a>, expected: Option<&RequestId>) -> Result<Line<'a>, LineError> {
     let mut message = match value {
         BorrowedValue::Object(members) => members,
         other => {
@@ -242,14 +263,17 @@ fn nesting_exceeds(nodes: &[Node<'_>], limit: usize) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::long_line::LONG_LINE;
     use super::*;
 
     fn sort(text: &str, expected: Option<&RequestId>) -> Result<String, LineError> {
         let mut buffer = text.as_bytes().to_vec();
-        parse_line(&mut buffer, expected).map(|line| match line {
-            Line::Notification => "notification".to_string(),
-            Line::Answer(Answer::Result(v)) => format!("result {}", v.encode()),
-            Line::Answer(Answer::Error { code, message }) => format!("error {code} {message}"),
+        parse_line(&mut buffer, expected, |line| {
+            line.map(|line| match line {
+                Line::Notification => "notification".to_string(),
+                Line::Answer(Answer::Result(v)) => format!("result {}", v.encode()),
+                Line::Answer(Answer::Error { code, message }) => format!("error {code} {message}"),
+            })
         })
     }
 
@@ -456,6 +480,74 @@ mod tests {
             "]".repeat(inner + 1)
         );
         assert!(not_jsonrpc_message(&deeper).contains("nested deeper"));
+    }
+
+    /// `template` with `PAD` replaced by nothing, and by a string long enough to send the
+    /// line down the long path.
+    fn short_and_long(template: &str) -> (String, String) {
+        let pad = "p".repeat(4 * LONG_LINE);
+        (template.replace("PAD", ""), template.replace("PAD", &pad))
+    }
+
+    #[test]
+    fn a_long_line_is_sorted_as_the_same_short_line_is() {
+        let nested = |depth: usize| {
+            format!(
+                r#"{{"jsonrpc":"2.0","_":"PAD","id":"call-1","result":{}{}}}"#,
+                "[".repeat(depth),
+                "]".repeat(depth)
+            )
+        };
+        let templates = [
+            r#"{"jsonrpc":"2.0","_":"PAD","id":"call-1","result":{"content":[{"type":"text","text":"a\"b"}]}}"#.to_string(),
+            // A float, a member named twice and -0 are left to simd-json.
+            r#"{"jsonrpc":"2.0","_":"PAD","id":"call-1","result":{"x":[1.5,2.2250738585072011e-308,-0]}}"#.to_string(),
+            r#"{"jsonrpc":"2.0","_":"PAD","id":"call-1","result":{"a":1,"a":2}}"#.to_string(),
+            // serde_json refuses a lone surrogate; simd-json reads it.
+            r#"{"jsonrpc":"2.0","_":"PAD","id":"call-1","result":"\ud800"}"#.to_string(),
+            r#"{"jsonrpc":"2.0","_":"PAD","method":"notifications/message"}"#.to_string(),
+            r#"{"jsonrpc":"2.0","_":"PAD","id":"call-2","result":{}}"#.to_string(),
+            r#"{"jsonrpc":"2.0","_":"PAD","id":7,"method":"ping"}"#.to_string(),
+            r#"{"jsonrpc":"2.0","_":"PAD","id":"call-1","error":{"code":-32000,"message":"no"}}"#.to_string(),
+            r#"{"jsonrpc":"1.0","_":"PAD","id":"call-1","result":{}}"#.to_string(),
+            r#"{"jsonrpc":"2.0","_":"PAD","id":true,"result":{}}"#.to_string(),
+            nested(MAX_NESTING - 2),
+            nested(MAX_NESTING - 1),
+            nested(MAX_NESTING),
+        ];
+        for template in &templates {
+            let (short, long) = short_and_long(template);
+            assert!(
+                long_line::suits(long.as_bytes()),
+                "the long path reads {template}"
+            );
+            assert_eq!(
+                sort(&long, Some(&call_id())),
+                sort(&short, Some(&call_id())),
+                "{template}"
+            );
+        }
+        assert!(sort(
+            &short_and_long(&nested(MAX_NESTING - 1)).1,
+            Some(&call_id())
+        )
+        .is_ok());
+        let too_deep = short_and_long(&nested(MAX_NESTING)).1;
+        assert!(not_jsonrpc_message(&too_deep).contains("nested deeper"));
+    }
+
+    #[test]
+    fn a_long_line_that_is_not_json_is_refused_by_simd_json() {
+        for template in [
+            r#"{"jsonrpc":"2.0","id":"call-1","result":{}} "PAD""#,
+            r#"{"jsonrpc":"2.0","id":"call-1","result":"PAD"#,
+        ] {
+            let (_, long) = short_and_long(template);
+            assert!(
+                not_jsonrpc_message(&long).starts_with("not JSON ("),
+                "{template}"
+            );
+        }
     }
 
     #[test]

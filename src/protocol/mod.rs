@@ -6,8 +6,9 @@
 //! - [`request`]: the compact JSON-RPC request lines (`tools/call`, `server/discover`,
 //!   `tools/list`), each with a fresh opaque [`RequestId`] and the `_meta` of revision
 //!   [`PROTOCOL_VERSION`], written straight into a byte buffer;
-//! - [`line`](mod@line): what one stdout line is ([`parse_line`]), parsed in place with simd-json and
-//!   measured against the id the host is waiting for;
+//! - [`line`](mod@line): what one stdout line is ([`parse_line`]), parsed in place with simd-json (or
+//!   with `serde_json` when long and sparse in escapes) and measured against the id the host is
+//!   waiting for;
 //! - [`result`]: a `CallToolResult` turned into what the model is shown ([`call_result`]);
 //! - [`volume`]: `volume:///` links, decoded and later read through `cap-std`
 //!   ([`read_volume_link`]), and the image magic bytes;
@@ -26,11 +27,10 @@
 //!
 //! let mut answer =
 //!     br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"Hi"}]}}"#.to_vec();
-//! let Ok(Line::Answer(Answer::Result(result))) = parse_line(&mut answer, Some(&RequestId::Num(1)))
-//! else {
-//!     panic!("a result with the expected id is the answer");
-//! };
-//! let shown = call_result(&result).expect("a CallToolResult");
+//! let shown = parse_line(&mut answer, Some(&RequestId::Num(1)), |line| match line {
+//!     Ok(Line::Answer(Answer::Result(result))) => call_result(&result).expect("a CallToolResult"),
+//!     _ => panic!("a result with the expected id is the answer"),
+//! });
 //! assert_eq!(shown.content, [ShownBlock::Text { text: "Hi".into() }]);
 //! ```
 
@@ -38,6 +38,7 @@ pub mod discovery;
 mod image;
 mod json;
 pub mod line;
+mod long_line;
 pub mod request;
 pub mod result;
 pub mod volume;
