@@ -15,8 +15,10 @@
 //! `ping`, `tools/list` (the tools discovery found at upload) and `tools/call`. Nothing here
 //! keeps state between messages, so every transport is stateless.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
+use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::sync::oneshot;
@@ -25,7 +27,7 @@ use super::calls::{CallError, Calls, Served};
 use super::fault;
 use super::pool::Rejected;
 use crate::call::CallOutcome;
-use crate::protocol::{CallResult, PROTOCOL_VERSION};
+use crate::protocol::{ShownBlock, PROTOCOL_VERSION};
 
 /// The deepest nesting of arrays and objects an incoming message may have.
 pub const MAX_NESTING: usize = 32;
@@ -96,11 +98,11 @@ impl Pending {
     pub async fn answer(self) -> Vec<u8> {
         match self.receiver.await {
             Ok(Ok(outcome)) => {
-                let mut answer = call_tool_result(&outcome);
-                if self.stateless {
-                    answer["resultType"] = json!("complete");
-                }
-                result(&self.id, answer)
+                let answer = ToolResult {
+                    result_type: self.stateless.then_some("complete"),
+                    ..call_tool_result(&outcome)
+                };
+                message(&self.id, "result", &answer)
             }
             Ok(Err(err)) => error(&self.id, code::INTERNAL_ERROR, &fault::report(&err)),
             Err(_) => error(
@@ -147,7 +149,7 @@ fn error_with_data(id: &Id, code: i64, text: &str, data: Value) -> Vec<u8> {
     )
 }
 
-fn message(id: &Id, member: &str, value: &Value) -> Vec<u8> {
+fn message<T: Serialize + ?Sized>(id: &Id, member: &str, value: &T) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
     out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
     out.extend_from_slice(id.as_json().as_bytes());
@@ -417,11 +419,30 @@ fn tools_call(
     }
 }
 
+/// The `CallToolResult` of a `tools/call` answer, serialized straight into the answer's bytes
+/// (no `serde_json::Value` is built for it).
+#[derive(Debug, Serialize)]
+pub struct ToolResult<'a> {
+    content: Cow<'a, [ShownBlock]>,
+    #[serde(rename = "structuredContent", skip_serializing_if = "Option::is_none")]
+    structured: Option<&'a Value>,
+    #[serde(rename = "isError")]
+    is_error: bool,
+    /// `"complete"` for a stateless request (2026-07-28).
+    #[serde(rename = "resultType", skip_serializing_if = "Option::is_none")]
+    result_type: Option<&'static str>,
+}
+
 /// The `CallToolResult` an agent is given for an outcome. A crash is a result with `isError`
 /// that tells the model the function crashed, with the last 4 KiB of its stderr.
-pub fn call_tool_result(outcome: &CallOutcome) -> Value {
+pub fn call_tool_result(outcome: &CallOutcome) -> ToolResult<'_> {
     match outcome {
-        CallOutcome::Answered { result, .. } => answered(result),
+        CallOutcome::Answered { result, .. } => ToolResult {
+            content: Cow::Borrowed(&result.content),
+            structured: result.structured.as_ref(),
+            is_error: result.is_error,
+            result_type: None,
+        },
         CallOutcome::Crashed { crash, stderr, .. } => {
             let mut text = format!(
                 "The function crashed ({}): {}.",
@@ -432,20 +453,21 @@ pub fn call_tool_result(outcome: &CallOutcome) -> Value {
                 text.push_str("\n\nIts stderr (last 4 KiB):\n");
                 text.push_str(stderr);
             }
-            json!({"content": [{"type": "text", "text": text}], "isError": true})
+            ToolResult {
+                content: Cow::Owned(vec![ShownBlock::Text { text }]),
+                structured: None,
+                is_error: true,
+                result_type: None,
+            }
         }
     }
-}
-
-fn answered(result: &CallResult) -> Value {
-    serde_json::to_value(result).expect("a result always serializes")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::call::{CallStats, Crash, CrashKind};
-    use crate::protocol::ShownBlock;
+    use crate::protocol::CallResult;
 
     #[test]
     fn nesting_is_measured_outside_strings_only() {
@@ -464,7 +486,7 @@ mod tests {
             stderr: "panicked at src/main.rs".into(),
             stats: CallStats::default(),
         };
-        let result = call_tool_result(&outcome);
+        let result = serde_json::to_value(call_tool_result(&outcome)).unwrap();
         assert_eq!(result["isError"], true);
         let text = result["content"][0]["text"].as_str().unwrap();
         assert!(text.starts_with("The function crashed (trap)"), "{text}");
@@ -491,7 +513,7 @@ mod tests {
             stderr: String::new(),
             stats: CallStats::default(),
         };
-        let result = call_tool_result(&outcome);
+        let result = serde_json::to_value(call_tool_result(&outcome)).unwrap();
         assert_eq!(
             result,
             json!({
@@ -504,6 +526,41 @@ mod tests {
                 "isError": false
             })
         );
+    }
+
+    #[test]
+    fn a_stateless_call_is_answered_complete_and_a_stateful_one_without_result_type() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let answer = |stateless: bool| {
+            let (sender, receiver) = oneshot::channel();
+            let outcome = CallOutcome::Answered {
+                result: CallResult {
+                    content: vec![ShownBlock::Text { text: "hi".into() }],
+                    structured: Some(json!({"n": 1})),
+                    is_error: false,
+                },
+                stderr: String::new(),
+                stats: CallStats::default(),
+            };
+            sender.send(Ok(outcome)).unwrap();
+            let pending = Pending {
+                id: Id(RawValue::from_string("7".into()).unwrap()),
+                stateless,
+                receiver,
+            };
+            let bytes = runtime.block_on(pending.answer());
+            serde_json::from_slice::<Value>(&bytes).unwrap()
+        };
+        let mut expected = json!({"jsonrpc": "2.0", "id": 7, "result": {
+            "content": [{"type": "text", "text": "hi"}],
+            "structuredContent": {"n": 1},
+            "isError": false,
+        }});
+        assert_eq!(answer(false), expected);
+        expected["result"]["resultType"] = json!("complete");
+        assert_eq!(answer(true), expected);
     }
 
     fn answer_of(bytes: &[u8]) -> Value {
