@@ -66,6 +66,10 @@ pub struct ServeArgs {
     /// Accepted calls that may wait for a guest thread; beyond it, 503 (default: 64 per thread).
     #[arg(long, value_name = "N")]
     queue: Option<usize>,
+    /// Front-end threads, which take connections, parse requests and write answers beside
+    /// the guest threads (default: one per two cores, at least one).
+    #[arg(long, value_name = "N")]
+    http_threads: Option<usize>,
     /// The largest JSON request body, in bytes (default: 4 MiB).
     #[arg(long, value_name = "BYTES")]
     max_body: Option<usize>,
@@ -165,6 +169,12 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
         }
         config.workers = workers;
         config.queue = workers * 64;
+    }
+    if let Some(threads) = args.http_threads {
+        if threads == 0 {
+            return Err(Failure::Usage("--http-threads must be at least 1".into()));
+        }
+        config.http_threads = threads;
     }
     if let Some(queue) = args.queue {
         if queue == 0 {

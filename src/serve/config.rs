@@ -29,6 +29,8 @@ pub struct ServeConfig {
     pub workers: usize,
     /// Accepted calls that may wait for a guest thread.
     pub queue: usize,
+    /// Threads of the front end (connections, parsing, answers), beside the guest threads.
+    pub http_threads: usize,
     /// Loaded modules kept in memory.
     pub cached_modules: usize,
     /// The largest JSON request body (MCP messages, calls).
@@ -60,8 +62,8 @@ pub struct ServeConfig {
 }
 
 impl ServeConfig {
-    /// The defaults for a store: loopback port 7340, no token, one guest thread per core, a
-    /// queue of 64 calls per thread, 4 MiB bodies, 128 MiB uploads, 15 s keepalives, 45 s
+    /// The defaults for a store: loopback port 7340, no token, one guest thread per core and
+    /// one front-end thread per two, a queue of 64 calls per thread, 4 MiB bodies, 128 MiB uploads, 15 s keepalives, 45 s
     /// drain (longer than a call's default 30 s limit), 30 s for a request's headers, its body
     /// and a stalled write each.
     pub fn new(store: PathBuf) -> Self {
@@ -76,6 +78,7 @@ impl ServeConfig {
             engine: EngineConfig::DEFAULT,
             workers: cores,
             queue: cores * 64,
+            http_threads: (cores / 2).max(1),
             cached_modules: 64,
             max_body_bytes: 4 * 1024 * 1024,
             max_upload_bytes: 128 * 1024 * 1024,

@@ -116,8 +116,11 @@ fn calls(config: &ServeConfig) -> Result<Arc<Calls>, ServeError> {
     )))
 }
 
-fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+/// The front end's runtime: `threads` threads take connections, parse requests and write
+/// answers, beside the guest threads.
+fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
         .thread_name("hako-serve")
         .enable_all()
         .build()
@@ -179,7 +182,7 @@ pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(
         return Err(ServeError::NeedsToken(config.listen));
     }
     let calls = calls(&config)?;
-    let runtime = runtime()?;
+    let runtime = runtime(config.http_threads)?;
     let served = runtime.block_on(async move {
         let follower = follower(&config, &calls).await?;
         let listener = TcpListener::bind(config.listen)
@@ -245,7 +248,7 @@ pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(
 /// SIGINT), then finishes the accepted calls.
 pub fn run_stdio(config: ServeConfig, name: &str) -> Result<(), ServeError> {
     let calls = calls(&config)?;
-    let runtime = runtime()?;
+    let runtime = runtime(config.http_threads)?;
     let served = runtime.block_on(async {
         if let Some(follower) = follower(&config, &calls).await? {
             follower.fetch_missing(name).await;

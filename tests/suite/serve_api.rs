@@ -590,9 +590,32 @@ fn sleep_call(ms: u64) -> Value {
 }
 
 #[test]
+fn zero_guest_or_front_end_threads_is_a_usage_error_that_names_the_flag() {
+    let store = serve_support::store();
+    for flag in ["--workers", "--http-threads", "--queue"] {
+        let output = serve_support::hako()
+            .args(["serve", "--store"])
+            .arg(store.path())
+            .args(["--listen", "127.0.0.1:0", flag, "0"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{flag}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!("{flag} must be at least 1")),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
 fn beyond_the_queue_calls_get_503_and_every_accepted_call_is_answered() {
     let store = serve_support::store();
-    let server = Server::start(store.path(), &["--workers", "1", "--queue", "1"]);
+    // One front-end thread: it still answers while a call runs and another waits.
+    let server = Server::start(
+        store.path(),
+        &["--workers", "1", "--queue", "1", "--http-threads", "1"],
+    );
     let addr = server.addr;
     let body = sleep_call(600).to_string();
     let send = move || {
