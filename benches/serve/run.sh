@@ -59,8 +59,12 @@ for package in "${packages[@]}"; do
   tool="$(jq -r .tool "$package/bench.json")"
   args="$(jq -c .args "$package/bench.json")"
 
-  inproc="$("$hako" bench "$package" --engines wasmer-cranelift --tool "$tool" --args "$args" \
-    --iterations 200 --threads "$workers" --json 2>/dev/null | jq -r '.. | objects | select(has("calls_per_s")) | .calls_per_s' | head -1)"
+  # The in-process figure moves between runs of hako bench; the median of five is the one used.
+  inproc="$(for _ in 1 2 3 4 5; do
+    "$hako" bench "$package" --engines wasmer-cranelift --tool "$tool" --args "$args" \
+      --iterations 200 --threads "$workers" --json 2>/dev/null |
+      jq -r '.. | objects | select(has("calls_per_s")) | .calls_per_s' | head -1
+  done | sort -g | sed -n 3p)"
 
   "$hako" upload "$package" --store "$store" >/dev/null
   "$hako" serve --store "$store" --listen 127.0.0.1:0 --workers "$workers" >"$log" 2>/dev/null &
