@@ -2,9 +2,9 @@
 //!
 //! A line is parsed in place with simd-json (the line's own buffer is rewritten to unescape
 //! strings, and the parsed value borrows from it), or, when it is long and sparse in escapes,
-//! with `serde_json` into the same value type ([`super::long_line`]), then sorted into a notification (ignored),
-//! the awaited answer, or one of the faults that break a call: not a JSON-RPC message, an id
-//! the host did not ask, or a request of the guest's own. This file does not read what a
+//! with `serde_json` into the same value type (`protocol::long_line`). It is then sorted into a
+//! notification (ignored), the awaited answer, or one of the faults that break a call: not a
+//! JSON-RPC message, an id the host did not ask, or a request of the guest's own. This file does not read what a
 //! result means; that is [`super::result`] and [`super::discovery`].
 //!
 //! Decisions where JSON-RPC 2.0 leaves room:
@@ -92,7 +92,7 @@ fn not_jsonrpc(why: impl Into<String>) -> LineError {
 ///
 /// `expected` is the id of the outstanding request, or `None` when none is outstanding (then
 /// every response is [`LineError::UnknownId`]). The line is parsed in place with simd-json
-/// (the buffer is rewritten) or, when [`long_line::suits`] it, read with `serde_json`; either
+/// (the buffer is rewritten) or, when `long_line::suits` it, read with `serde_json`; either
 /// way the value borrows from the buffer. The verdict is handed to `then` rather than
 /// returned so that the `serde_json` path can give the buffer back to simd-json when it gives
 /// up on a line, which a returned borrow would forbid.
