@@ -149,13 +149,9 @@ impl<'de> Visitor<'de> for ValueSeed {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut read = Vec::new();
+        let mut members = Object::default();
         while let Some(key) = map.next_key_seed(KeySeed)? {
-            read.push((key, map.next_value_seed(ValueSeed)?));
-        }
-        let mut members = Object::with_capacity_and_hasher(read.len(), Default::default());
-        for (key, value) in read {
-            if members.insert(key, value).is_some() {
+            if members.insert(key, map.next_value_seed(ValueSeed)?).is_some() {
                 return Err(A::Error::custom("a member named twice, left to simd-json"));
             }
         }
