@@ -27,7 +27,7 @@ use super::calls::{CallError, Calls, Served};
 use super::fault;
 use super::pool::Rejected;
 use crate::call::CallOutcome;
-use crate::protocol::{ShownBlock, PROTOCOL_VERSION};
+use crate::protocol::{CallResult, ShownBlock, PROTOCOL_VERSION};
 
 /// The deepest nesting of arrays and objects an incoming message may have.
 pub const MAX_NESTING: usize = 32;
@@ -420,14 +420,12 @@ fn tools_call(
 }
 
 /// The `CallToolResult` of a `tools/call` answer, serialized straight into the answer's bytes
-/// (no `serde_json::Value` is built for it).
+/// (no `serde_json::Value` is built for it): the result as [`CallResult`] writes it, and
+/// `resultType` for a stateless request.
 #[derive(Debug, Serialize)]
 pub struct ToolResult<'a> {
-    content: Cow<'a, [ShownBlock]>,
-    #[serde(rename = "structuredContent", skip_serializing_if = "Option::is_none")]
-    structured: Option<&'a Value>,
-    #[serde(rename = "isError")]
-    is_error: bool,
+    #[serde(flatten)]
+    result: Cow<'a, CallResult>,
     /// `"complete"` for a stateless request (2026-07-28).
     #[serde(rename = "resultType", skip_serializing_if = "Option::is_none")]
     result_type: Option<&'static str>,
@@ -436,13 +434,8 @@ pub struct ToolResult<'a> {
 /// The `CallToolResult` an agent is given for an outcome. A crash is a result with `isError`
 /// that tells the model the function crashed, with the last 4 KiB of its stderr.
 pub fn call_tool_result(outcome: &CallOutcome) -> ToolResult<'_> {
-    match outcome {
-        CallOutcome::Answered { result, .. } => ToolResult {
-            content: Cow::Borrowed(&result.content),
-            structured: result.structured.as_ref(),
-            is_error: result.is_error,
-            result_type: None,
-        },
+    let result = match outcome {
+        CallOutcome::Answered { result, .. } => Cow::Borrowed(result),
         CallOutcome::Crashed { crash, stderr, .. } => {
             let mut text = format!(
                 "The function crashed ({}): {}.",
@@ -453,13 +446,16 @@ pub fn call_tool_result(outcome: &CallOutcome) -> ToolResult<'_> {
                 text.push_str("\n\nIts stderr (last 4 KiB):\n");
                 text.push_str(stderr);
             }
-            ToolResult {
-                content: Cow::Owned(vec![ShownBlock::Text { text }]),
+            Cow::Owned(CallResult {
+                content: vec![ShownBlock::Text { text }],
                 structured: None,
                 is_error: true,
-                result_type: None,
-            }
+            })
         }
+    };
+    ToolResult {
+        result,
+        result_type: None,
     }
 }
 
@@ -467,7 +463,6 @@ pub fn call_tool_result(outcome: &CallOutcome) -> ToolResult<'_> {
 mod tests {
     use super::*;
     use crate::call::{CallStats, Crash, CrashKind};
-    use crate::protocol::CallResult;
 
     #[test]
     fn nesting_is_measured_outside_strings_only() {
