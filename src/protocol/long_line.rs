@@ -151,7 +151,10 @@ impl<'de> Visitor<'de> for ValueSeed {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut members = Object::default();
         while let Some(key) = map.next_key_seed(KeySeed)? {
-            if members.insert(key, map.next_value_seed(ValueSeed)?).is_some() {
+            if members
+                .insert(key, map.next_value_seed(ValueSeed)?)
+                .is_some()
+            {
                 return Err(A::Error::custom("a member named twice, left to simd-json"));
             }
         }
