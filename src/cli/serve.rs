@@ -60,14 +60,14 @@ pub struct ServeArgs {
     /// The compiler whose code runs (default: cranelift).
     #[arg(long, value_parser = engines::parse_compiler)]
     compiler: Option<Compiler>,
-    /// Guest threads, the calls that run at once (default: one per core).
+    /// Guest threads, the calls that run at once (default: one per core; at most 1024).
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
     /// Accepted calls that may wait for a guest thread; beyond it, 503 (default: 64 per thread).
     #[arg(long, value_name = "N")]
     queue: Option<usize>,
     /// Front-end threads, which take connections, parse requests and write answers beside
-    /// the guest threads (default: one per two cores, at least one).
+    /// the guest threads (default: one per two cores, at least one; at most 1024).
     #[arg(long, value_name = "N")]
     http_threads: Option<usize>,
     /// The largest JSON request body, in bytes (default: 4 MiB).
@@ -121,6 +121,21 @@ pub struct ServeArgs {
     stdio: Option<String>,
 }
 
+/// The most threads `--workers` or `--http-threads` may ask for: far past any machine's cores,
+/// and small enough that the queue derived from it (64 calls a thread) cannot overflow.
+const MAX_THREADS: usize = 1024;
+
+/// A thread count given with `flag`, refused outside 1..=[`MAX_THREADS`].
+fn thread_count(flag: &str, count: usize) -> Result<usize, Failure> {
+    if (1..=MAX_THREADS).contains(&count) {
+        Ok(count)
+    } else {
+        Err(Failure::Usage(format!(
+            "{flag} must be at least 1 and at most {MAX_THREADS}, not {count}"
+        )))
+    }
+}
+
 fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
     let (store, follow) = match args.store.location()? {
         Location::Folder(dir) => (dir, None),
@@ -164,17 +179,11 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
     config.engine = EngineConfig::new(args.engine, args.compiler)
         .map_err(|err| Failure::Usage(err.to_string()))?;
     if let Some(workers) = args.workers {
-        if workers == 0 {
-            return Err(Failure::Usage("--workers must be at least 1".into()));
-        }
-        config.workers = workers;
+        config.workers = thread_count("--workers", workers)?;
         config.queue = workers * 64;
     }
     if let Some(threads) = args.http_threads {
-        if threads == 0 {
-            return Err(Failure::Usage("--http-threads must be at least 1".into()));
-        }
-        config.http_threads = threads;
+        config.http_threads = thread_count("--http-threads", threads)?;
     }
     if let Some(queue) = args.queue {
         if queue == 0 {

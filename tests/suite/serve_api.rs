@@ -592,19 +592,30 @@ fn sleep_call(ms: u64) -> Value {
 #[test]
 fn zero_guest_or_front_end_threads_is_a_usage_error_that_names_the_flag() {
     let store = serve_support::store();
-    for flag in ["--workers", "--http-threads", "--queue"] {
+    let refused = |flag: &str, value: &str| {
         let output = serve_support::hako()
             .args(["serve", "--store"])
             .arg(store.path())
-            .args(["--listen", "127.0.0.1:0", flag, "0"])
+            .args(["--listen", "127.0.0.1:0", flag, value])
             .output()
             .unwrap();
-        assert_eq!(output.status.code(), Some(2), "{flag}");
-        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flag} {value}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    for flag in ["--workers", "--http-threads", "--queue"] {
+        let stderr = refused(flag, "0");
         assert!(
             stderr.contains(&format!("{flag} must be at least 1")),
             "{stderr}"
         );
+    }
+    // A thread count past the bound (here one whose queue of 64 calls a thread would
+    // overflow) is refused too, before any thread starts.
+    for flag in ["--workers", "--http-threads"] {
+        for value in ["1025", &usize::MAX.to_string()] {
+            let stderr = refused(flag, value);
+            assert!(stderr.contains("at most 1024"), "{stderr}");
+        }
     }
 }
 
