@@ -4,8 +4,8 @@
 //! strings, and the parsed value borrows from it), or, when it is long and sparse in escapes,
 //! with `serde_json` into the same value type (`protocol::long_line`). It is then sorted into a
 //! notification (ignored), the awaited answer, or one of the faults that break a call: not a
-//! JSON-RPC message, an id the host did not ask, or a request of the guest's own. This file does not read what a
-//! result means; that is [`super::result`] and [`super::discovery`].
+//! JSON-RPC message, an id the host did not ask, or a request of the guest's own. This file
+//! does not read what a result means; that is [`super::result`] and [`super::discovery`].
 //!
 //! Decisions where JSON-RPC 2.0 leaves room:
 //! - a message with `method` and an `id` member is a request, even when the id is `null`;

@@ -63,9 +63,9 @@ pub struct ServeConfig {
 
 impl ServeConfig {
     /// The defaults for a store: loopback port 7340, no token, one guest thread per core and
-    /// one front-end thread per two, a queue of 64 calls per thread, 4 MiB bodies, 128 MiB uploads, 15 s keepalives, 45 s
-    /// drain (longer than a call's default 30 s limit), 30 s for a request's headers, its body
-    /// and a stalled write each.
+    /// one front-end thread per two, a queue of 64 calls per thread, 4 MiB bodies, 128 MiB
+    /// uploads, 15 s keepalives, 45 s drain (longer than a call's default 30 s limit), 30 s for
+    /// a request's headers, its body and a stalled write each.
     pub fn new(store: PathBuf) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         Self {
