@@ -685,12 +685,7 @@ mod tests {
             })
         }
 
-        fn run(
-            &self,
-            _: Box<dyn hako_engine_api::Host>,
-            _: hako_engine_api::RunLimits,
-            _: &dyn hako_engine_api::Watchdog,
-        ) -> hako_engine_api::RunResult {
+        fn prepare(&self, _: hako_engine_api::RunLimits) -> Box<dyn hako_engine_api::Prepared> {
             unreachable!("never run")
         }
     }

@@ -271,9 +271,26 @@ pub trait Module: Send + Sync {
     /// What [`Engine::load`] turns back into this module.
     fn serialize(&self) -> Result<Serialized, EngineError>;
 
+    /// Instantiates the module under `limits` without running any of its code (a start
+    /// function included), ahead of the one run [`Prepared::run`] makes of it. An instantiation
+    /// that fails is kept, and reported by that run. Never panics on a guest's behaviour.
+    fn prepare(&self, limits: RunLimits) -> Box<dyn Prepared>;
+
     /// Instantiates the module with every import routed to `host`, runs `_start` once, and
-    /// reports how it ended. Never panics on a guest's behaviour.
-    fn run(&self, host: Box<dyn Host>, limits: RunLimits, watchdog: &dyn Watchdog) -> RunResult;
+    /// reports how it ended: [`Module::prepare`], then [`Prepared::run`].
+    fn run(&self, host: Box<dyn Host>, limits: RunLimits, watchdog: &dyn Watchdog) -> RunResult {
+        self.prepare(limits).run(host, watchdog)
+    }
+}
+
+/// An instance made ahead of its run, in which no guest code has run: it serves exactly one run
+/// and is dropped with it. Dropping it unrun gives its memory back as a finished run's
+/// [`Teardown`] does. It stays on the thread that made it (an engine's instance need not be
+/// `Send`).
+pub trait Prepared {
+    /// Routes every import to `host`, arms `watchdog`, runs the start function if the module has
+    /// one, then `_start`, and reports how the run ended. Never panics on a guest's behaviour.
+    fn run(self: Box<Self>, host: Box<dyn Host>, watchdog: &dyn Watchdog) -> RunResult;
 }
 
 /// An execution engine with one compiler for one target.

@@ -37,8 +37,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use hako_engine_api::{
-    ArtifactFile, Engine, EngineError, EngineIdentity, Host, Import, Module, RunExit, RunLimits,
-    RunResult, Serialized, Stop, Teardown, Watchdog,
+    ArtifactFile, Engine, EngineError, EngineIdentity, Host, Import, Module, Prepared, RunExit,
+    RunLimits, RunResult, Serialized, Stop, Teardown, Watchdog,
 };
 use wasmer::sys::{
     CompilerConfig, CpuFeature, EngineBuilder, Features, NativeEngineExt, Target, Triple,
@@ -49,7 +49,7 @@ use checks::DeadlineChecks;
 use image::{Image, Layout};
 use interrupt::StoreInterrupt;
 use link::{HostEnv, HostStop};
-use memory::{CapScope, CappedTunables};
+use memory::{CapScope, CappedTunables, Usage};
 
 /// The wasmer version this engine is built on, part of every artifact's identity.
 pub const WASMER_VERSION: &str = "7.4.2";
@@ -410,12 +410,12 @@ impl Module for WasmerModule {
         })
     }
 
-    fn run(&self, host: Box<dyn Host>, limits: RunLimits, watchdog: &dyn Watchdog) -> RunResult {
+    fn prepare(&self, limits: RunLimits) -> Box<dyn Prepared> {
         let mut store = Store::new(self.engine.clone());
         let env = FunctionEnv::new(
             &mut store,
             HostEnv {
-                host: Some(host),
+                host: None,
                 memory: None,
             },
         );
@@ -423,18 +423,72 @@ impl Module for WasmerModule {
             flag: checks::Flag::default(),
             target: interrupt::Target::default(),
         });
-        let exit = if self.runs_here {
-            watchdog.arm(Arc::clone(&interrupt) as Arc<dyn hako_engine_api::Interrupt>);
-            // The deadline thread may raise the flag after the run too: before the store goes,
-            // however the run ends, the flag forgets the instance and only records that.
-            let _detach = interrupt.flag.detach_on_drop();
-            let _entered = interrupt.target.enter();
-            self.instantiate_and_start(&mut store, &env, limits, &interrupt)
+        let (made, usage) = if self.runs_here {
+            self.instantiate(&mut store, &env, limits, &interrupt)
         } else {
-            RunExit::Instantiate(format!(
+            let exit = RunExit::Instantiate(format!(
                 "this module was compiled for {} and cannot run here",
                 self.triple
-            ))
+            ));
+            (Err(exit), None)
+        };
+        Box::new(WasmerPrepared {
+            store,
+            env,
+            interrupt,
+            made,
+            usage,
+        })
+    }
+}
+
+/// What instantiation made: the start function the checks took out of it (if the module has
+/// one), the memory the host sees, and `_start`.
+struct Entry {
+    start_function: Option<TypedFunction<(), ()>>,
+    memory: wasmer::Memory,
+    start: TypedFunction<(), ()>,
+}
+
+/// A [`WasmerModule`]'s instance made ahead of its run: its store, the environment its host
+/// functions read, the interrupt its deadline reaches it by, and what instantiation made (or
+/// how it ended). No guest code has run in it: the checks took the start function out of
+/// instantiation, and it runs in [`Prepared::run`], after the watchdog is armed.
+struct WasmerPrepared {
+    store: Store,
+    env: FunctionEnv<HostEnv>,
+    interrupt: Arc<StoreInterrupt>,
+    made: Result<Entry, RunExit>,
+    /// The run's memory use and refusals, once instantiation got as far as the cap.
+    usage: Option<Arc<Usage>>,
+}
+
+impl Prepared for WasmerPrepared {
+    fn run(self: Box<Self>, host: Box<dyn Host>, watchdog: &dyn Watchdog) -> RunResult {
+        let WasmerPrepared {
+            mut store,
+            env,
+            interrupt,
+            made,
+            usage,
+        } = *self;
+        env.as_mut(&mut store).host = Some(host);
+        let exit = match made {
+            Ok(entry) => {
+                watchdog.arm(Arc::clone(&interrupt) as Arc<dyn hako_engine_api::Interrupt>);
+                // The deadline thread may raise the flag after the run too: before the store
+                // goes, however the run ends, the flag forgets the instance and only records
+                // that.
+                let _detach = interrupt.flag.detach_on_drop();
+                let _entered = interrupt.target.enter();
+                let refused = || usage.as_ref().is_some_and(|usage| usage.refused());
+                start(&mut store, &env, entry)
+                    .err()
+                    .map_or(RunExit::Returned, |error| {
+                        classify(error, refused, &interrupt)
+                    })
+            }
+            Err(exit) => exit,
         };
         let state = env.as_mut(&mut store);
         let memory = state.memory.take();
@@ -450,6 +504,20 @@ impl Module for WasmerModule {
             teardown: Teardown::new(store),
         }
     }
+}
+
+/// Runs a prepared instance: the start function the checks took out of instantiation (if
+/// any), then, with the memory known to the host, `_start`.
+fn start(
+    store: &mut Store,
+    env: &FunctionEnv<HostEnv>,
+    entry: Entry,
+) -> Result<(), wasmer::RuntimeError> {
+    if let Some(start_function) = entry.start_function {
+        start_function.call(store)?;
+    }
+    env.as_mut(store).memory = Some(entry.memory);
+    entry.start.call(store)
 }
 
 impl WasmerModule {
@@ -512,60 +580,62 @@ impl WasmerModule {
             .collect()
     }
 
-    fn instantiate_and_start(
+    /// Makes the instance under `limits`, running none of its code. Returns what it made (or
+    /// how instantiation ended) and the cap's record of the instance's memory.
+    fn instantiate(
         &self,
         store: &mut Store,
         env: &FunctionEnv<HostEnv>,
         limits: RunLimits,
         interrupt: &StoreInterrupt,
-    ) -> RunExit {
+    ) -> (Result<Entry, RunExit>, Option<Arc<Usage>>) {
         let imports = match self.imports(store, env) {
             Ok(imports) => imports,
-            Err(message) => return RunExit::Instantiate(message),
+            Err(message) => return (Err(RunExit::Instantiate(message)), None),
         };
         let cap = CapScope::enter(limits, self.image.clone());
+        let usage = cap.usage();
         // No guest code runs here: the checks took the start function out of instantiation
         // (and the engine identity keeps code without them from being loaded).
-        let instance = match Instance::new_by_index(store, &self.module, &imports) {
-            Ok(instance) => instance,
-            Err(error) if cap.refused() => {
-                return RunExit::OutOfMemory(format!(
-                    "the module's initial memory and tables are above the cap of {} bytes \
-                     (or a table above the bound of {} elements): {error}",
-                    limits.max_memory_bytes, limits.max_table_elements
-                ))
+        let made = match Instance::new_by_index(store, &self.module, &imports) {
+            Ok(instance) => {
+                interrupt.flag.attach(&instance, store);
+                self.entry(&instance, store)
             }
+            Err(error) if cap.refused() => Err(RunExit::OutOfMemory(format!(
+                "the module's initial memory and tables are above the cap of {} bytes \
+                 (or a table above the bound of {} elements): {error}",
+                limits.max_memory_bytes, limits.max_table_elements
+            ))),
             // A segment out of bounds traps while the instance is made: the guest's trap, as
             // on wasmtime, not a host failure.
             Err(wasmer::InstantiationError::Start(error)) => {
-                return classify(error, &cap, interrupt)
+                Err(classify(error, || cap.refused(), interrupt))
             }
-            Err(error) => return RunExit::Instantiate(error.to_string()),
+            Err(error) => Err(RunExit::Instantiate(error.to_string())),
         };
-        interrupt.flag.attach(&instance, store);
-        // The start function, taken out of instantiation by the checks, runs now that the
-        // flag reaches it. Whether there is one was read once, when the module was made.
-        if self.has_start {
+        (made, Some(usage))
+    }
+
+    /// The instance's entry points. Whether the module has a start function was read once,
+    /// when the module was made.
+    fn entry(&self, instance: &Instance, store: &Store) -> Result<Entry, RunExit> {
+        let start_function = if self.has_start {
             let start = instance
                 .exports
-                .get_typed_function::<(), ()>(store, checks::START_EXPORT);
-            match start.map(|start| start.call(store)) {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => return classify(error, &cap, interrupt),
-                Err(err) => return RunExit::Instantiate(format!("the start function: {err}")),
-            }
-        }
-        let start = match entry_points(&instance.exports, store) {
-            Ok((memory, start)) => {
-                env.as_mut(store).memory = Some(memory);
-                start
-            }
-            Err(message) => return RunExit::Instantiate(message),
+                .get_typed_function::<(), ()>(store, checks::START_EXPORT)
+                .map_err(|err| RunExit::Instantiate(format!("the start function: {err}")))?;
+            Some(start)
+        } else {
+            None
         };
-        match start.call(store) {
-            Ok(()) => RunExit::Returned,
-            Err(error) => classify(error, &cap, interrupt),
-        }
+        let (memory, start) =
+            entry_points(&instance.exports, store).map_err(RunExit::Instantiate)?;
+        Ok(Entry {
+            start_function,
+            memory,
+            start,
+        })
     }
 }
 
@@ -590,7 +660,11 @@ fn entry_points(
 /// prologue "call stack exhausted"). A trap of the guest's own after its deadline has passed is
 /// reported as the interrupt too, which the host would judge a timeout anyway. Past those, the
 /// memory cap keeps precedence, as it does in the host's verdict.
-fn classify(error: wasmer::RuntimeError, cap: &CapScope, interrupt: &StoreInterrupt) -> RunExit {
+fn classify(
+    error: wasmer::RuntimeError,
+    refused: impl Fn() -> bool,
+    interrupt: &StoreInterrupt,
+) -> RunExit {
     if let Some(HostStop(stop)) = error.downcast_ref::<HostStop>() {
         return match stop {
             Stop::Exit(code) => RunExit::Exited(*code),
@@ -603,7 +677,7 @@ fn classify(error: wasmer::RuntimeError, cap: &CapScope, interrupt: &StoreInterr
         Some(wasmer_types::TrapCode::UnreachableCodeReached) if interrupt.flag.raised() => {
             RunExit::Interrupted
         }
-        _ if cap.refused() => RunExit::OutOfMemory(format!(
+        _ if refused() => RunExit::OutOfMemory(format!(
             "the guest was refused memory at its cap, then trapped: {message}"
         )),
         Some(_) if interrupt.flag.raised() => RunExit::Interrupted,
@@ -664,6 +738,73 @@ mod tests {
         };
         // SAFETY: the file holds what this engine just serialized, laid out as the store does.
         unsafe { engine.load(artifact) }
+    }
+
+    /// What a [`Recording`] host was asked.
+    type Asked = Arc<std::sync::Mutex<Vec<(Import, Vec<u64>)>>>;
+
+    /// A host that records every import it is asked; `proc_exit` ends the run.
+    struct Recording(Asked);
+
+    impl Host for Recording {
+        fn call(&mut self, import: Import, args: &[u64], _: &mut [u8]) -> Result<i32, Stop> {
+            self.0.lock().unwrap().push((import, args.to_vec()));
+            match import {
+                Import::ProcExit => Err(Stop::Exit(args[0] as u32)),
+                _ => Ok(0),
+            }
+        }
+
+        fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+            self
+        }
+    }
+
+    /// A watchdog whose deadline never comes.
+    struct Never;
+
+    impl Watchdog for Never {
+        fn arm(&self, _: Arc<dyn hako_engine_api::Interrupt>) {}
+    }
+
+    /// A start function that counts its runs and calls the host; `_start` exits with the count.
+    const COUNTED_START: &str = r#"(module
+        (import "wasi_snapshot_preview1" "sched_yield" (func $yield (result i32)))
+        (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+        (memory (export "memory") 1)
+        (global $starts (mut i32) (i32.const 0))
+        (func $start
+            (global.set $starts (i32.add (global.get $starts) (i32.const 1)))
+            (drop (call $yield)))
+        (start $start)
+        (func (export "_start") (call $exit (global.get $starts))))"#;
+
+    #[test]
+    fn an_instance_made_ahead_runs_its_start_function_once_in_its_run() {
+        let wasm = wat::parse_str(COUNTED_START).unwrap();
+        let limits = RunLimits {
+            max_memory_bytes: 64 << 20,
+            max_table_elements: hako_engine_api::MAX_TABLE_ELEMENTS,
+        };
+        for compiler in Compiler::ALL.into_iter().filter(|c| c.available()) {
+            let module = WasmerEngine::new(compiler, None)
+                .unwrap()
+                .compile(&wasm)
+                .unwrap();
+            // Two made ahead, run in the other order: a start function run while the instance
+            // was made would have met no host (and been stopped), or counted 2.
+            let made: Vec<_> = (0..2).map(|_| module.prepare(limits)).collect();
+            for prepared in made.into_iter().rev() {
+                let asked = Asked::default();
+                let result = prepared.run(Box::new(Recording(Arc::clone(&asked))), &Never);
+                assert_eq!(result.exit, RunExit::Exited(1), "{compiler:?}");
+                assert_eq!(
+                    *asked.lock().unwrap(),
+                    [(Import::SchedYield, vec![]), (Import::ProcExit, vec![1])],
+                    "{compiler:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -142,6 +142,12 @@ impl CapScope {
     pub(crate) fn refused(&self) -> bool {
         self.usage.refused()
     }
+
+    /// The run's record of its memory and refusals, which its memory and tables keep after the
+    /// scope (the instantiation) ends.
+    pub(crate) fn usage(&self) -> Arc<Usage> {
+        Arc::clone(&self.usage)
+    }
 }
 
 impl Drop for CapScope {

@@ -1,14 +1,18 @@
 //! A compiled module and its runs: one store per run with the host, the memory cap and the
-//! interrupt; instantiation from the pre-resolved imports (which runs any start function);
-//! `_start`; and how the run ended, as the engine-neutral [`RunExit`]. Code compiled for another
-//! target is kept as bytes and never run.
+//! interrupt; instantiation from the pre-resolved imports, ahead of the run when the module has
+//! no start function (wasmtime runs a start function while it instantiates, so such a module is
+//! instantiated by its run, once the interrupt can reach it); `_start`; and how the run ended,
+//! as the engine-neutral [`RunExit`]. Code compiled for another target is kept as bytes and
+//! never run.
 //!
 //! This file does not decide what a crash is: it reports how the guest stopped.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use hako_engine_api::{
-    EngineError, Host, Module, RunExit, RunLimits, RunResult, Serialized, Stop, Teardown, Watchdog,
+    EngineError, Host, Module, Prepared, RunExit, RunLimits, RunResult, Serialized, Stop, Teardown,
+    Watchdog,
 };
 use wasmtime::{InstancePre, PoolConcurrencyLimitError, Store, Trap, TypedFunc};
 
@@ -36,12 +40,21 @@ impl Module for ForeignModule {
         Ok(serialized(self.bytes.clone()))
     }
 
-    fn run(&self, host: Box<dyn Host>, _limits: RunLimits, _watchdog: &dyn Watchdog) -> RunResult {
+    fn prepare(&self, _limits: RunLimits) -> Box<dyn Prepared> {
+        Box::new(Refused(RunExit::Instantiate(format!(
+            "this module was compiled for {} and cannot run here",
+            self.triple
+        ))))
+    }
+}
+
+/// A run that cannot begin: it reports why, and hands the host back.
+struct Refused(RunExit);
+
+impl Prepared for Refused {
+    fn run(self: Box<Self>, host: Box<dyn Host>, _watchdog: &dyn Watchdog) -> RunResult {
         RunResult {
-            exit: RunExit::Instantiate(format!(
-                "this module was compiled for {} and cannot run here",
-                self.triple
-            )),
+            exit: self.0,
             host,
             memory_bytes: 0,
             teardown: Teardown::default(),
@@ -57,6 +70,9 @@ pub(crate) struct NativeModule {
     /// The module ready to instantiate, or why it cannot be (reported by every run).
     pre: Result<InstancePre<RunState>, String>,
     pool: PoolConfig,
+    /// Whether the module is known to have a start function, which wasmtime runs while it
+    /// instantiates: learnt by the first [`Module::prepare`] that met it.
+    has_start: AtomicBool,
 }
 
 impl NativeModule {
@@ -68,76 +84,85 @@ impl NativeModule {
             tables,
             pre,
             pool,
+            has_start: AtomicBool::new(false),
         }
     }
 
-    fn instantiate_and_start(
-        &self,
-        store: &mut Store<RunState>,
-        limits: RunLimits,
-        watchdog: &dyn Watchdog,
-    ) -> RunExit {
-        let pre = match &self.pre {
-            Ok(pre) => pre,
-            Err(message) => return RunExit::Instantiate(message.clone()),
-        };
+    /// A store for one run under `limits`, with the cap as its limiter and no host yet.
+    fn store(&self, limits: RunLimits) -> Store<RunState> {
+        let mut store = Store::new(
+            self.module.engine(),
+            RunState {
+                host: None,
+                memory: None,
+                cap: MemoryCap::new(limits, self.tables),
+            },
+        );
+        store.limiter(|state| &mut state.cap);
+        store
+    }
+
+    /// The module ready to instantiate under `limits`, or why no run of it can begin.
+    fn pre(&self, limits: RunLimits) -> Result<&InstancePre<RunState>, RunExit> {
+        let pre = self
+            .pre
+            .as_ref()
+            .map_err(|message| RunExit::Instantiate(message.clone()))?;
         if limits.max_memory_bytes > self.pool.max_memory_bytes {
-            return RunExit::Instantiate(format!(
+            return Err(RunExit::Instantiate(format!(
                 "the memory cap of {} bytes is above the {} bytes a slot of the wasmtime \
                  instance pool holds",
                 limits.max_memory_bytes, self.pool.max_memory_bytes
-            ));
+            )));
         }
-        // Armed before instantiation, which runs the start function.
-        watchdog.arm(Arc::new(limits::arm(store)));
-        let instance = match pre.instantiate(&mut *store) {
-            Ok(instance) => instance,
-            Err(error) => {
-                return self.instantiation_failed(error, store.data().cap.refused(), limits)
-            }
-        };
-        let (memory, start) = match entry_points(&instance, store) {
-            Ok(entry_points) => entry_points,
-            Err(message) => return RunExit::Instantiate(message),
-        };
-        store.data_mut().memory = Some(memory);
-        match start.call(&mut *store, ()) {
-            Ok(()) => RunExit::Returned,
-            Err(error) => classify(&error, store.data().cap.refused()),
-        }
+        Ok(pre)
     }
+}
 
-    /// How a run ended whose instantiation failed: in the start function, at the memory cap,
-    /// for want of a free slot, or for a reason that is no guest behaviour. (What can never fit
-    /// a slot, such as a table above the pool's limit, was refused when the module was compiled
-    /// or loaded.)
-    fn instantiation_failed(
-        &self,
-        error: wasmtime::Error,
-        refused: bool,
-        limits: RunLimits,
-    ) -> RunExit {
-        if error.is::<HostStop>() || error.is::<Trap>() {
-            return classify(&error, refused);
-        }
-        if refused {
-            return RunExit::OutOfMemory(format!(
-                "the module's initial memory and tables are above the cap of {} bytes \
-                 (or a table above the bound of {} elements): {}",
-                limits.max_memory_bytes,
-                limits.max_table_elements,
-                describe(&error)
-            ));
-        }
-        if error.is::<PoolConcurrencyLimitError>() {
-            return RunExit::Instantiate(format!(
-                "all {} slots of the wasmtime instance pool are in use: {}",
-                self.pool.slots,
-                describe(&error)
-            ));
-        }
-        RunExit::Instantiate(format!("instantiating on wasmtime: {}", describe(&error)))
+/// Instantiates `pre` in `store` and finds its entry points, or says how instantiation ended.
+fn instantiate(
+    pre: &InstancePre<RunState>,
+    store: &mut Store<RunState>,
+    pool: PoolConfig,
+    limits: RunLimits,
+) -> Result<Entry, RunExit> {
+    let instance = pre
+        .instantiate(&mut *store)
+        .map_err(|error| instantiation_failed(error, store.data().cap.refused(), pool, limits))?;
+    let (memory, start) = entry_points(&instance, store).map_err(RunExit::Instantiate)?;
+    Ok(Entry { memory, start })
+}
+
+/// How a run ended whose instantiation failed: in the start function, at the memory cap, for
+/// want of a free slot, or for a reason that is no guest behaviour. (What can never fit a slot,
+/// such as a table above the pool's limit, was refused when the module was compiled or
+/// loaded.)
+fn instantiation_failed(
+    error: wasmtime::Error,
+    refused: bool,
+    pool: PoolConfig,
+    limits: RunLimits,
+) -> RunExit {
+    if error.is::<HostStop>() || error.is::<Trap>() {
+        return classify(&error, refused);
     }
+    if refused {
+        return RunExit::OutOfMemory(format!(
+            "the module's initial memory and tables are above the cap of {} bytes \
+             (or a table above the bound of {} elements): {}",
+            limits.max_memory_bytes,
+            limits.max_table_elements,
+            describe(&error)
+        ));
+    }
+    if error.is::<PoolConcurrencyLimitError>() {
+        return RunExit::Instantiate(format!(
+            "all {} slots of the wasmtime instance pool are in use: {}",
+            pool.slots,
+            describe(&error)
+        ));
+    }
+    RunExit::Instantiate(format!("instantiating on wasmtime: {}", describe(&error)))
 }
 
 impl Module for NativeModule {
@@ -148,17 +173,92 @@ impl Module for NativeModule {
             .map_err(|err| EngineError::Serialize(describe(&err)))
     }
 
-    fn run(&self, host: Box<dyn Host>, limits: RunLimits, watchdog: &dyn Watchdog) -> RunResult {
-        let mut store = Store::new(
-            self.module.engine(),
-            RunState {
-                host: Some(host),
-                memory: None,
-                cap: MemoryCap::new(limits, self.tables),
-            },
-        );
-        store.limiter(|state| &mut state.cap);
-        let exit = self.instantiate_and_start(&mut store, limits, watchdog);
+    fn prepare(&self, limits: RunLimits) -> Box<dyn Prepared> {
+        let mut store = self.store(limits);
+        let made = match self.pre(limits) {
+            Err(exit) => Made::Failed(exit),
+            Ok(pre) if self.has_start.load(Ordering::Relaxed) => Made::AtRun(pre.clone()),
+            Ok(pre) => {
+                // The deadline is the engine's current epoch, so that guest code traps at its
+                // first epoch check, a function's entry: the instance of a module with a start
+                // function is never made here (it is dropped unused, and made by the run).
+                store.set_epoch_deadline(0);
+                match instantiate(pre, &mut store, self.pool, limits) {
+                    Ok(entry) => Made::Entry(entry),
+                    Err(RunExit::Interrupted) => {
+                        self.has_start.store(true, Ordering::Relaxed);
+                        store = self.store(limits);
+                        Made::AtRun(pre.clone())
+                    }
+                    Err(exit) => Made::Failed(exit),
+                }
+            }
+        };
+        Box::new(WasmtimePrepared {
+            store,
+            made,
+            pool: self.pool,
+            limits,
+        })
+    }
+}
+
+/// The instance's exported memory and `_start`.
+struct Entry {
+    memory: wasmtime::Memory,
+    start: TypedFunc<(), ()>,
+}
+
+/// What [`Module::prepare`] made of a [`NativeModule`].
+enum Made {
+    /// The instance, which no guest code has run in.
+    Entry(Entry),
+    /// Nothing yet: the module has a start function, which instantiation runs, so the run
+    /// instantiates once its watchdog is armed.
+    AtRun(InstancePre<RunState>),
+    /// How instantiation ended.
+    Failed(RunExit),
+}
+
+/// A [`NativeModule`]'s instance made ahead of its run, with its store.
+struct WasmtimePrepared {
+    store: Store<RunState>,
+    made: Made,
+    pool: PoolConfig,
+    limits: RunLimits,
+}
+
+impl Prepared for WasmtimePrepared {
+    fn run(self: Box<Self>, host: Box<dyn Host>, watchdog: &dyn Watchdog) -> RunResult {
+        let WasmtimePrepared {
+            mut store,
+            made,
+            pool,
+            limits,
+        } = *self;
+        store.data_mut().host = Some(host);
+        let entry = match made {
+            Made::Failed(exit) => Err(exit),
+            Made::Entry(entry) => {
+                watchdog.arm(Arc::new(limits::arm(&mut store)));
+                Ok(entry)
+            }
+            Made::AtRun(pre) => {
+                // Armed before instantiation, which runs the start function.
+                watchdog.arm(Arc::new(limits::arm(&mut store)));
+                instantiate(&pre, &mut store, pool, limits)
+            }
+        };
+        let exit = match entry {
+            Ok(Entry { memory, start }) => {
+                store.data_mut().memory = Some(memory);
+                match start.call(&mut store, ()) {
+                    Ok(()) => RunExit::Returned,
+                    Err(error) => classify(&error, store.data().cap.refused()),
+                }
+            }
+            Err(exit) => exit,
+        };
         let memory_bytes = store
             .data()
             .memory
@@ -315,6 +415,64 @@ mod tests {
         let (host, seen) = host(obliging);
         let result = module.run(host, limits(cap), &Never);
         (result.exit, result.memory_bytes, seen)
+    }
+
+    /// A start function that counts its runs and calls the host; `_start` exits with the count.
+    const COUNTED_START: &str = r#"(module
+        (import "wasi_snapshot_preview1" "sched_yield" (func $yield (result i32)))
+        (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+        (memory (export "memory") 1)
+        (global $starts (mut i32) (i32.const 0))
+        (func $start
+            (global.set $starts (i32.add (global.get $starts) (i32.const 1)))
+            (drop (call $yield)))
+        (start $start)
+        (func (export "_start") (call $exit (global.get $starts))))"#;
+
+    #[test]
+    fn an_instance_made_ahead_runs_its_start_function_once_in_its_run() {
+        let engine = engine(SMALL_POOL);
+        for wat in [COUNTED_START, EXIT_7] {
+            let module = compile(&engine, wat);
+            // The first made ahead learns of the start function (its instance is dropped
+            // unused), the second knows; both are run, in the other order.
+            let made: Vec<_> = (0..2).map(|_| module.prepare(limits(MIB << 4))).collect();
+            for prepared in made.into_iter().rev() {
+                let (host, seen) = host(obliging);
+                let result = prepared.run(host, &Never);
+                let seen: Vec<_> = seen
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .map(|s| (s.0, s.1.clone()))
+                    .collect();
+                if wat == EXIT_7 {
+                    assert_eq!(result.exit, RunExit::Exited(7));
+                    assert_eq!(seen, [(Import::ProcExit, vec![7])]);
+                } else {
+                    assert_eq!(result.exit, RunExit::Exited(1));
+                    assert_eq!(
+                        seen,
+                        [(Import::SchedYield, vec![]), (Import::ProcExit, vec![1])]
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_instance_made_ahead_is_armed_by_its_run() {
+        let engine = engine(SMALL_POOL);
+        let module = compile(
+            &engine,
+            r#"(module (memory (export "memory") 1) (func (export "_start") (loop (br 0))))"#,
+        );
+        let prepared = module.prepare(limits(MIB << 4));
+        let (host, _) = host(obliging);
+        assert_eq!(
+            prepared.run(host, &AlreadyPassed).exit,
+            RunExit::Interrupted
+        );
     }
 
     const EXIT_7: &str = r#"(module
