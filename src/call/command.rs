@@ -22,7 +22,7 @@ use hako_engine_api::{Module, RunExit, Stop};
 
 use rustix::event::{PollFd, PollFlags};
 
-use super::runner::{Bounds, Limits, Network, RunError, Sandbox};
+use super::runner::{Bounds, Instance, Limits, Network, RunError, Sandbox};
 use crate::http::{VolumeDirs, VolumeRoot};
 use crate::sandbox::{Cancel, Preopen, PreopenDir, Stdio};
 
@@ -142,7 +142,7 @@ pub fn run_command(
         preopens,
         volume,
     };
-    let ran = bounds.run(module, sandbox, stdio, &command.network);
+    let ran = bounds.run(Instance::Fresh(module), sandbox, stdio, &command.network);
     let timed_out = bounds.timer.fired().is_some() || bounds.past_deadline();
     Ok(match ran.exit {
         RunExit::OutOfMemory(message) => CommandExit::OutOfMemory(message),

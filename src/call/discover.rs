@@ -120,7 +120,7 @@ pub fn discover(
         refusal: None,
     };
     let ran = runner::run(
-        module,
+        runner::Instance::Fresh(module),
         program,
         Limits::DISCOVERY,
         &mounts,

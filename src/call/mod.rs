@@ -14,8 +14,8 @@ mod session;
 
 use std::sync::Arc;
 
-use hako_engine_api::Module;
 pub use hako_engine_api::Teardown;
+use hako_engine_api::{Module, Prepared};
 use simd_json::BorrowedValue;
 
 pub use command::{run_command, Command, CommandExit, Mount, OutputStream, StreamFailure, Streams};
@@ -72,23 +72,52 @@ pub struct ToolRequest<'a> {
     pub network: Network,
 }
 
+/// An instance of a module made ahead of its call ([`Module::prepare`]), in the background of
+/// a server or a bench: no guest code has run in it, and it serves one call of that module
+/// under the limits it was made for, then is dropped. It stays on the thread that made it.
+pub struct ReadyInstance {
+    module: Arc<dyn Module>,
+    limits: Limits,
+    prepared: Box<dyn Prepared>,
+}
+
+impl ReadyInstance {
+    /// Instantiates `module` for a call under `limits`. An instantiation that fails is kept and
+    /// reported by the call, as a call that instantiates for itself reports it.
+    pub fn prepare(module: &Arc<dyn Module>, limits: Limits) -> Self {
+        ReadyInstance {
+            module: Arc::clone(module),
+            limits,
+            prepared: module.prepare(limits.run_limits()),
+        }
+    }
+
+    /// Whether it can serve a call of `module` under `limits`: the same loaded module, and
+    /// the same limits the engine enforces (the others are the host's, set by the call).
+    pub fn serves(&self, module: &Arc<dyn Module>, limits: &Limits) -> bool {
+        Arc::ptr_eq(&self.module, module) && self.limits.run_limits() == limits.run_limits()
+    }
+}
+
 /// Calls a tool on a loaded module; `stats` comes back filled in with the run's figures.
 pub fn call_tool(
     module: &Arc<dyn Module>,
     request: ToolRequest<'_>,
     stats: CallStats,
 ) -> Result<CallOutcome, RunError> {
-    call_tool_answer_first(module, request, stats).map(|(outcome, teardown)| {
+    call_tool_answer_first(module, None, request, stats).map(|(outcome, teardown)| {
         teardown.finish();
         outcome
     })
 }
 
-/// [`call_tool`], handing back what is left of the run (its instance and memory) for the
-/// caller to drop once it has sent the answer (or the crash): a memory's reset then costs the
-/// caller's client no wait.
+/// [`call_tool`] on `ready`'s instance when it [serves](ReadyInstance::serves) the call (else
+/// on an instance of its own, `ready` being dropped with the run's leftovers), handing back
+/// what is left of the run (its instance and memory) for the caller to drop once it has sent
+/// the answer (or the crash): a memory's reset then costs the caller's client no wait.
 pub fn call_tool_answer_first(
     module: &Arc<dyn Module>,
+    ready: Option<ReadyInstance>,
     request: ToolRequest<'_>,
     mut stats: CallStats,
 ) -> Result<(CallOutcome, Teardown), RunError> {
@@ -97,8 +126,15 @@ pub fn call_tool_answer_first(
         arguments: request.arguments,
         result: None,
     };
+    let (instance, unused) = match ready {
+        Some(ready) if ready.serves(module, &request.limits) => {
+            stats.ready = true;
+            (runner::Instance::Made(ready.prepared), None)
+        }
+        other => (runner::Instance::Fresh(module), other),
+    };
     let mut ran = runner::run(
-        module,
+        instance,
         request.program,
         request.limits,
         &request.mounts,
@@ -107,7 +143,10 @@ pub fn call_tool_answer_first(
     )?;
     stats.run_us = ran.run_us;
     stats.memory_bytes = ran.memory_bytes;
-    let teardown = std::mem::take(&mut ran.teardown);
+    let teardown = match unused {
+        Some(unused) => Teardown::new((std::mem::take(&mut ran.teardown), unused)),
+        None => std::mem::take(&mut ran.teardown),
+    };
     stats.stdout_bytes = ran.session.stdout_bytes();
     stats.stderr_bytes = ran.session.stderr_bytes();
     let stderr = ran.session.stderr_tail();

@@ -106,8 +106,11 @@ pub struct CallStats {
     pub compiler: String,
     /// Microseconds spent compiling or loading the module (0 when it was in memory).
     pub load_us: u64,
-    /// Microseconds from instantiation to the guest's exit.
+    /// Microseconds from instantiation (or, on an instance made ahead, from the start of the
+    /// run) to the guest's exit.
     pub run_us: u64,
+    /// Whether the call ran on an instance made ahead of it ([`super::ReadyInstance`]).
+    pub ready: bool,
     /// Bytes the guest wrote to stdout.
     pub stdout_bytes: u64,
     /// Bytes the guest wrote to stderr (only the last 4 KiB are kept).

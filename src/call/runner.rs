@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
-use hako_engine_api::{Host, Import, Module, RunExit, RunLimits, Stop, Teardown};
+use hako_engine_api::{Host, Import, Module, Prepared, RunExit, RunLimits, Stop, Teardown};
 
 use super::deadline::{CallTimer, DeadlineKind};
 use super::outcome::{Crash, CrashKind};
@@ -174,6 +174,14 @@ impl<S: Stdio + 'static> Host for CallHost<S> {
     }
 }
 
+/// The instance a run uses: made by the run, or ahead of it ([`super::ReadyInstance`]).
+pub enum Instance<'a> {
+    /// Instantiated by the run, within its bounds.
+    Fresh(&'a Arc<dyn Module>),
+    /// Made ahead, under the run's limits; no guest code has run in it.
+    Made(Box<dyn Prepared>),
+}
+
 /// What bounds one run, made when it starts: its deadline, the cancel flag the deadline
 /// timer sets, the timer, and the write budget its files and HTTP outputs share.
 pub(super) struct Bounds {
@@ -219,11 +227,11 @@ impl Bounds {
         }
     }
 
-    /// Runs `module` once in `sandbox` with `stdio` and the network's `subako_http` imports,
+    /// Runs `instance` in `sandbox` with `stdio` and the network's `subako_http` imports,
     /// within these bounds.
     pub fn run<S: Stdio + 'static>(
         &self,
-        module: &Arc<dyn Module>,
+        instance: Instance<'_>,
         sandbox: Sandbox,
         stdio: S,
         network: &Network,
@@ -247,11 +255,11 @@ impl Bounds {
         )
         .with_volume(sandbox.volume)
         .with_cancel(Arc::clone(&self.cancel));
-        let result = module.run(
-            Box::new(CallHost { wasi, http }),
-            self.limits.run_limits(),
-            self.timer.as_ref(),
-        );
+        let prepared = match instance {
+            Instance::Fresh(module) => module.prepare(self.limits.run_limits()),
+            Instance::Made(prepared) => prepared,
+        };
+        let result = prepared.run(Box::new(CallHost { wasi, http }), self.timer.as_ref());
         let host = result
             .host
             .into_any()
@@ -309,9 +317,9 @@ fn fresh_volume_path(base: &Path) -> PathBuf {
 
 /// What a call's mounts leave on the host: the preopens in the ABI's order, the volume
 /// folders (shared by the sandbox and the broker), and the `/skills` folder made for the call.
-type Prepared = (Vec<Preopen>, CallVolume, Option<tempfile::TempDir>);
+type Mounted = (Vec<Preopen>, CallVolume, Option<tempfile::TempDir>);
 
-fn preopens(mounts: &Mounts) -> Result<Prepared, RunError> {
+fn preopens(mounts: &Mounts) -> Result<Mounted, RunError> {
     let mut preopens = Vec::with_capacity(3 + mounts.skills.len());
     let mut volume = VolumeDirs::none();
     volume.tmp = match &mounts.volume_tmp {
@@ -373,9 +381,9 @@ fn skills_root(skills: &[(String, PathBuf)]) -> Result<(Dir, tempfile::TempDir),
     Ok((dir, root))
 }
 
-/// Runs `module` once with `conversation` on its stdin.
+/// Runs `instance` once with `conversation` on its stdin.
 pub fn run<C: Conversation + 'static>(
-    module: &Arc<dyn Module>,
+    instance: Instance<'_>,
     program: &str,
     limits: Limits,
     mounts: &Mounts,
@@ -391,7 +399,7 @@ pub fn run<C: Conversation + 'static>(
         preopens,
         volume: volume.0.clone(),
     };
-    let ran = bounds.run(module, sandbox, session, network);
+    let ran = bounds.run(instance, sandbox, session, network);
     let run_us = bounds.started.elapsed().as_micros() as u64;
     let fired = bounds.timer.fired();
     let mut session = ran.stdio;

@@ -66,6 +66,12 @@ pub struct ServeArgs {
     /// Accepted calls that may wait for a guest thread; beyond it, 503 (default: 64 per thread).
     #[arg(long, value_name = "N")]
     queue: Option<usize>,
+    /// Instances made ahead of their calls, held at most at once: after a call's answer is
+    /// sent, its guest thread instantiates the module it ran for its next call (no guest code
+    /// runs in it until that call), while fewer than N are held; a call of another module or
+    /// other limits drops it (default: one per guest thread; 0: none; at most --workers).
+    #[arg(long, value_name = "N")]
+    ready_instances: Option<usize>,
     /// Front-end threads, which take connections, parse requests and write answers beside
     /// the guest threads (default: one per two cores, at least one; at most 1024).
     #[arg(long, value_name = "N")]
@@ -181,6 +187,17 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
     if let Some(workers) = args.workers {
         config.workers = thread_count("--workers", workers)?;
         config.queue = workers * 64;
+        config.ready_instances = workers;
+    }
+    if let Some(ready) = args.ready_instances {
+        if ready > config.workers {
+            return Err(Failure::Usage(format!(
+                "--ready-instances must be at most the {} guest threads (--workers), not {ready}: \
+                 each holds at most one",
+                config.workers
+            )));
+        }
+        config.ready_instances = ready;
     }
     if let Some(threads) = args.http_threads {
         config.http_threads = thread_count("--http-threads", threads)?;

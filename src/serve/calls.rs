@@ -8,14 +8,18 @@
 //! what it answers into their own replies.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hako_engine_api::Module;
+
 use super::current::{Changes, CurrentWatch};
 use super::metrics::Metrics;
-use super::pool::{GuestPool, Rejected};
+use super::pool::{self, GuestPool, Rejected};
 use crate::call::{
-    self, CallOutcome, CallStats, Limits, Mounts, Network, Teardown, ToolRequest, VolumeTmp,
+    self, CallOutcome, CallStats, Limits, Mounts, Network, ReadyInstance, Teardown, ToolRequest,
+    VolumeTmp,
 };
 use crate::engines::EngineConfig;
 use crate::http::{Broker, BrokerError, HyperBroker, PackagePolicy, Policy, PolicyError};
@@ -115,6 +119,8 @@ pub struct Calls {
     broker: Arc<dyn Broker>,
     /// Where each call's `/volume/tmp` is made.
     volume_tmp: VolumeTmp,
+    /// The most instances made ahead of their calls held at once (`--ready-instances`).
+    ready_instances: u64,
     /// The most a caller may ask for.
     pub caps: LimitCaps,
     pub metrics: Metrics,
@@ -142,9 +148,16 @@ impl Calls {
             modules: ModuleCache::new(cached_modules),
             pool,
             broker,
+            ready_instances: 0,
             caps,
             metrics: Metrics::default(),
         }
+    }
+
+    /// These calls with instances made ahead: at most `max` held at once (none by default).
+    pub fn with_ready_instances(mut self, max: usize) -> Self {
+        self.ready_instances = max as u64;
+        self
     }
 
     pub fn store(&self) -> &Store {
@@ -324,8 +337,85 @@ impl Calls {
             load_us: loaded.load_us,
             ..CallStats::default()
         };
-        call::call_tool_answer_first(&loaded.module, request, stats)
-            .map_err(|err| CallError::Host(err.to_string()))
+        let ready = pool::take_kept()
+            .and_then(|kept| kept.downcast::<Held>().ok())
+            .and_then(|held| (*held).take());
+        let (outcome, teardown) =
+            call::call_tool_answer_first(&loaded.module, ready, request, stats)
+                .map_err(|err| CallError::Host(err.to_string()))?;
+        if outcome.stats().ready {
+            self.metrics.called_ready();
+        }
+        let after = AfterCall {
+            teardown,
+            next: Some(Next {
+                module: loaded.module,
+                limits,
+                held: self.metrics.ready_instances(),
+                max: self.ready_instances,
+            }),
+        };
+        Ok((outcome, Teardown::new(after)))
+    }
+}
+
+/// An instance a guest thread made ahead of its next call and [keeps](pool::keep) meanwhile,
+/// counted while held.
+struct Held {
+    instance: Option<ReadyInstance>,
+    count: Arc<AtomicU64>,
+}
+
+impl Held {
+    /// Makes an instance of `next.module` for a call under `next.limits`, unless `next.max`
+    /// are held already.
+    fn make(next: Next) -> Option<Held> {
+        next.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (held < next.max).then_some(held + 1)
+            })
+            .ok()?;
+        Some(Held {
+            instance: Some(ReadyInstance::prepare(&next.module, next.limits)),
+            count: next.held,
+        })
+    }
+
+    /// The instance, no longer counted as held.
+    fn take(mut self) -> Option<ReadyInstance> {
+        self.instance.take()
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What to make ahead for a guest thread's next call: an instance of the module it just ran,
+/// under the same limits (a package called again is the call most likely next).
+struct Next {
+    module: Arc<dyn Module>,
+    limits: Limits,
+    held: Arc<AtomicU64>,
+    max: u64,
+}
+
+/// What a call leaves on its guest thread, dropped after its answer is sent: the run's
+/// leftovers first (their memory goes back to the pool, for the next instance to take), then
+/// an instance made for the thread's next call.
+struct AfterCall {
+    teardown: Teardown,
+    next: Option<Next>,
+}
+
+impl Drop for AfterCall {
+    fn drop(&mut self) {
+        std::mem::take(&mut self.teardown).finish();
+        if let Some(held) = self.next.take().and_then(Held::make) {
+            pool::keep(Box::new(held));
+        }
     }
 }
 

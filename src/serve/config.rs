@@ -31,6 +31,10 @@ pub struct ServeConfig {
     pub queue: usize,
     /// Threads of the front end (connections, parsing, answers), beside the guest threads.
     pub http_threads: usize,
+    /// The most instances made ahead of their calls held at once: each guest thread, after a
+    /// call's answer is sent, makes one of the module it ran for its next call, while fewer
+    /// than this are held (0: none is made).
+    pub ready_instances: usize,
     /// Loaded modules kept in memory.
     pub cached_modules: usize,
     /// The largest JSON request body (MCP messages, calls).
@@ -79,6 +83,7 @@ impl ServeConfig {
             workers: cores,
             queue: cores * 64,
             http_threads: (cores / 2).max(1),
+            ready_instances: cores,
             cached_modules: 64,
             max_body_bytes: 4 * 1024 * 1024,
             max_upload_bytes: 128 * 1024 * 1024,

@@ -7,6 +7,7 @@
 //! decide outcomes, it only counts what it is told.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::call::{CallOutcome, CrashKind};
@@ -34,6 +35,10 @@ pub struct Metrics {
     module_memory: AtomicU64,
     module_artifact: AtomicU64,
     module_compiled: AtomicU64,
+    /// Instances made ahead of their calls and held now; shared with the guest threads that
+    /// hold them, which keep it at or under the operator's bound.
+    ready_instances: Arc<AtomicU64>,
+    calls_ready: AtomicU64,
 }
 
 fn kind_index(kind: CrashKind) -> usize {
@@ -69,6 +74,16 @@ impl Metrics {
             Source::Compiled => &self.module_compiled,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The count of instances made ahead and held now, for the guest threads to keep.
+    pub fn ready_instances(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.ready_instances)
+    }
+
+    /// A call ran on an instance made ahead of it.
+    pub fn called_ready(&self) {
+        self.calls_ready.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A running call finished: with an outcome, or with a host failure (`None`).
@@ -179,6 +194,18 @@ impl Metrics {
             "hako_module_loads_total{{source=\"compiled\"}} {}",
             get(&self.module_compiled)
         ));
+        line("# HELP hako_ready_instances Instances made ahead of their calls, held now (at most --ready-instances).".into());
+        line("# TYPE hako_ready_instances gauge".into());
+        line(format!(
+            "hako_ready_instances {}",
+            get(&self.ready_instances)
+        ));
+        line(
+            "# HELP hako_calls_ready_total Calls that ran on an instance made ahead of them."
+                .into(),
+        );
+        line("# TYPE hako_calls_ready_total counter".into());
+        line(format!("hako_calls_ready_total {}", get(&self.calls_ready)));
         out
     }
 }

@@ -105,15 +105,18 @@ fn calls(config: &ServeConfig) -> Result<Arc<Calls>, ServeError> {
     };
     let pool = GuestPool::new(config.workers, config.queue, GUEST_STACK_BYTES)?;
     let broker = calls::broker(&policy)?;
-    Ok(Arc::new(Calls::new(
-        store,
-        policy,
-        config.engine,
-        pool,
-        config.cached_modules,
-        broker,
-        config.caps,
-    )))
+    Ok(Arc::new(
+        Calls::new(
+            store,
+            policy,
+            config.engine,
+            pool,
+            config.cached_modules,
+            broker,
+            config.caps,
+        )
+        .with_ready_instances(config.ready_instances),
+    ))
 }
 
 /// The front end's runtime: `threads` threads take connections, parse requests and write

@@ -6,8 +6,11 @@
 //!
 //! The pool does not know what a call is; it runs closures and hands their value back on a
 //! oneshot channel. A job that panics loses only its own answer (the receiver sees the
-//! channel closed), never the thread.
+//! channel closed), never the thread. A job may leave one thing on its thread for the jobs
+//! after it ([`keep`]), dropped when the thread stops.
 
+use std::any::Any;
+use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -130,7 +133,25 @@ impl GuestPool {
     }
 }
 
+thread_local! {
+    /// What a guest thread keeps from one job for the next ([`keep`]).
+    static KEPT: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
+}
+
+/// Keeps `value` on this guest thread for a later job to [`take_kept`], dropping what was kept
+/// before. The thread drops it when it stops, before its own end (whatever is kept may need
+/// the thread's other state to drop).
+pub fn keep(value: Box<dyn Any>) {
+    KEPT.with(|kept| kept.replace(Some(value)));
+}
+
+/// What this thread [kept](keep), taken.
+pub fn take_kept() -> Option<Box<dyn Any>> {
+    KEPT.with(|kept| kept.take())
+}
+
 fn work(receiver: &Mutex<Receiver<Job>>) {
+    let _forget = ForgetKept;
     loop {
         let job = {
             let receiver = receiver.lock().unwrap_or_else(|poison| poison.into_inner());
@@ -148,6 +169,15 @@ fn work(receiver: &Mutex<Receiver<Job>>) {
     }
 }
 
+/// Drops what the thread kept when its loop ends (or unwinds).
+struct ForgetKept;
+
+impl Drop for ForgetKept {
+    fn drop(&mut self) {
+        drop(take_kept());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +189,46 @@ mod tests {
         let answer = pool.submit(|| 6 * 7).unwrap();
         assert_eq!(answer.blocking_recv().unwrap(), 42);
         pool.close_and_join();
+    }
+
+    /// Tells when it is dropped.
+    struct Told(std::sync::mpsc::Sender<&'static str>, &'static str);
+
+    impl Drop for Told {
+        fn drop(&mut self) {
+            let _ = self.0.send(self.1);
+        }
+    }
+
+    #[test]
+    fn what_a_job_keeps_reaches_its_threads_next_job_and_goes_when_the_thread_stops() {
+        let pool = GuestPool::new(1, 4, 1 << 20).unwrap();
+        let (tell, dropped) = channel();
+        let first = tell.clone();
+        pool.submit(move || keep(Box::new(Told(first, "first"))))
+            .unwrap()
+            .blocking_recv()
+            .unwrap();
+        let taken = pool.submit(|| take_kept().map(|kept| kept.is::<Told>()));
+        assert_eq!(taken.unwrap().blocking_recv().unwrap(), Some(true));
+        assert_eq!(
+            dropped.recv().unwrap(),
+            "first",
+            "taken, then dropped by the job"
+        );
+        let nothing = pool.submit(|| take_kept().is_none());
+        assert!(nothing.unwrap().blocking_recv().unwrap(), "taken once");
+        pool.submit(move || keep(Box::new(Told(tell, "last"))))
+            .unwrap()
+            .blocking_recv()
+            .unwrap();
+        assert!(dropped.try_recv().is_err(), "kept while the thread runs");
+        pool.close_and_join();
+        assert_eq!(
+            dropped.recv().unwrap(),
+            "last",
+            "dropped as the thread stops"
+        );
     }
 
     /// Blocks its drop until the gate opens.

@@ -730,3 +730,84 @@ fn a_version_uploaded_beside_the_server_is_what_the_next_request_sees() {
         assert_eq!(called.status, 200, "round {round}");
     }
 }
+
+#[test]
+fn a_guest_thread_makes_its_next_instance_ahead_within_the_operators_bound() {
+    let store = serve_support::store();
+    let greet = |server: &Server, limits: Value| -> bool {
+        let reply = server.post_json(
+            "/v1/packages/greet/call",
+            &json!({"tool": "greet", "arguments": {"name": "x"}, "limits": limits}),
+        );
+        let outcome = reply.json();
+        assert_eq!(outcome["outcome"], "ok", "{outcome}");
+        assert_eq!(
+            outcome["result"]["structuredContent"]["message"],
+            "Hello, x!"
+        );
+        outcome["stats"]["ready"]
+            .as_bool()
+            .expect("stats.ready is a boolean")
+    };
+    let made_ahead = |server: &Server| {
+        server.wait_until("an instance is made ahead", |server| {
+            server.metric("hako_ready_instances") == 1.0
+        });
+    };
+    let server = Server::start(store.path(), &["--workers", "1"]);
+    assert!(!greet(&server, json!({})), "the first call makes its own");
+    made_ahead(&server);
+    assert!(
+        greet(&server, json!({})),
+        "the second runs on the one made ahead"
+    );
+    made_ahead(&server);
+    // Other limits than the instance was made for: the call makes its own, and the next
+    // instance is made for the limits of this call.
+    assert!(!greet(&server, json!({"memory_mib": 64})));
+    made_ahead(&server);
+    assert!(!greet(&server, json!({})));
+    made_ahead(&server);
+    assert!(greet(&server, json!({})));
+    assert_eq!(server.metric("hako_calls_ready_total"), 2.0);
+    made_ahead(&server);
+    // Another package's call is never run on greet's instance.
+    let reply = server.post_json(
+        "/v1/packages/fixture/call",
+        &json!({"tool": "echo", "arguments": {"said": "y"}}),
+    );
+    let outcome = reply.json();
+    assert_eq!(outcome["outcome"], "ok", "{outcome}");
+    assert_eq!(outcome["stats"]["ready"], false, "{outcome}");
+    assert!(!outcome.to_string().contains("Hello"), "{outcome}");
+    assert_eq!(server.metric("hako_calls_ready_total"), 2.0);
+
+    // The operator's bound: none at all.
+    let server = Server::start(store.path(), &["--workers", "1", "--ready-instances", "0"]);
+    for _ in 0..3 {
+        assert!(!greet(&server, json!({})));
+    }
+    assert_eq!(server.metric("hako_ready_instances"), 0.0);
+    assert_eq!(server.metric("hako_calls_ready_total"), 0.0);
+
+    // More than the guest threads could hold is refused.
+    let output = serve_support::hako()
+        .args(["serve", "--store"])
+        .arg(store.path())
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "2",
+            "--ready-instances",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--ready-instances must be at most the 2 guest threads"),
+        "{stderr}"
+    );
+}
