@@ -2,8 +2,9 @@
 //! median), the artifact written and its size, then a warm-up whose answer must equal the
 //! first subject's; then rounds, each running one batch of every subject in turn (the order
 //! rotated every round), a batch being artifact loads, calls with the module in memory, calls
-//! loading the artifact first, calls back to back with the module in memory (each timed), and
-//! calls from several threads at once, with the peak RSS read
+//! loading the artifact first, calls on an instance made ahead (hako's engines), calls back to
+//! back with the module in memory (each timed), and calls from several threads at once (then
+//! again, each thread making every call's instance just before it), with the peak RSS read
 //! around it and the PSS sampled while the threads run. A crashed call or an answer unlike
 //! the reference stops a subject's timing and is reported; it is never timed as if it had
 //! answered.
@@ -67,7 +68,16 @@ pub struct Measured {
     /// instead right after an artifact load (and drop) and before a call that loads one, so it
     /// meets the caches (and, on wasmer, the memory slots) those left.
     pub call_back_to_back_us: Option<Percentiles>,
+    /// Calls on an instance made ahead of them (`hako serve` makes one after each call), made
+    /// before an artifact load and drop, so that the call meets the caches an in-memory call
+    /// meets: the latency a caller sees when a ready instance waits. `None` for a baseline.
+    pub call_ready_us: Option<Percentiles>,
     pub calls_per_s: Option<f64>,
+    /// `calls_per_s` over the cores its threads could use (the fewer of threads and cores).
+    pub calls_per_s_per_core: Option<f64>,
+    /// Calls per second per core with each thread making every call's instance ahead of it,
+    /// the instantiation counted: work made ahead is moved, not saved. `None` for a baseline.
+    pub ready_calls_per_s_per_core: Option<f64>,
     pub peak_rss_bytes: Option<u64>,
     pub peak_pss_bytes: Option<u64>,
     /// The samples behind each latency.
@@ -87,6 +97,20 @@ pub struct RunResults {
     pub pss_method: &'static str,
 }
 
+/// Calls made by several threads at once, and the wall time they took, over every batch.
+#[derive(Default)]
+struct Throughput {
+    calls: u64,
+    time: Duration,
+}
+
+impl Throughput {
+    fn per_core(&self, cores: usize) -> Option<f64> {
+        (self.calls > 0 && !self.time.is_zero())
+            .then(|| self.calls as f64 / self.time.as_secs_f64() / cores.max(1) as f64)
+    }
+}
+
 struct State {
     subject: Subject,
     ready: Option<Ready>,
@@ -96,8 +120,10 @@ struct State {
     in_memory: Samples,
     from_disk: Samples,
     back_to_back: Samples,
-    threaded_calls: u64,
-    threaded_time: Duration,
+    made_ahead: Samples,
+    threaded: Throughput,
+    threaded_ready: Throughput,
+    cores: usize,
     peak_rss: Option<u64>,
     peak_pss: Option<u64>,
     failure: Option<String>,
@@ -155,8 +181,12 @@ pub fn run(
             in_memory: Samples::default(),
             from_disk: Samples::default(),
             back_to_back: Samples::default(),
-            threaded_calls: 0,
-            threaded_time: Duration::ZERO,
+            made_ahead: Samples::default(),
+            threaded: Throughput::default(),
+            threaded_ready: Throughput::default(),
+            cores: shape
+                .threads
+                .min(std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)),
             peak_rss: None,
             peak_pss: None,
             failure: None,
@@ -293,6 +323,22 @@ fn run_batch(
             return state.fail("a call with the artifact loaded from disk", err);
         }
         state.from_disk.push(elapsed);
+
+        if let Some(instance) = state.subject.prepare_call(&ready) {
+            // The same work before it as before an in-memory call: an artifact loaded and
+            // dropped.
+            match state.subject.load() {
+                Ok(loaded) => drop(std::hint::black_box(loaded)),
+                Err(err) => return state.fail("loading the artifact", err),
+            }
+            let started = Instant::now();
+            let answer = state.subject.call_prepared(&ready, instance, workload);
+            let elapsed = started.elapsed();
+            if let Err(err) = check(answer, reference) {
+                return state.fail("a call on an instance made ahead", err);
+            }
+            state.made_ahead.push(elapsed);
+        }
     }
     for _ in 0..batch {
         match timed_call(&state.subject, &ready, workload, reference) {
@@ -301,24 +347,36 @@ fn run_batch(
         }
     }
 
-    match threaded(
-        &state.subject,
-        &ready,
-        workload,
-        batch.max(1),
-        threads,
-        reference,
-    ) {
+    let subject = &state.subject;
+    let plain = || subject.call(&ready, workload);
+    match threaded(&plain, threads, reference) {
         Ok(Threaded {
             calls,
             elapsed,
             peak_pss,
         }) => {
-            state.threaded_calls += calls;
-            state.threaded_time += elapsed;
+            state.threaded.calls += calls;
+            state.threaded.time += elapsed;
             state.peak_pss = state.peak_pss.max(peak_pss);
         }
-        Err(err) => state.fail("a call from several threads", err),
+        Err(err) => return state.fail("a call from several threads", err),
+    }
+    if subject.prepare_call(&ready).is_none() {
+        return;
+    }
+    let made_ahead = || match subject.prepare_call(&ready) {
+        Some(instance) => subject.call_prepared(&ready, instance, workload),
+        None => Err("no instance could be made ahead".into()),
+    };
+    match threaded(&made_ahead, threads, reference) {
+        Ok(Threaded { calls, elapsed, .. }) => {
+            state.threaded_ready.calls += calls;
+            state.threaded_ready.time += elapsed;
+        }
+        Err(err) => state.fail(
+            "a call on an instance made ahead, from several threads",
+            err,
+        ),
     }
 }
 
@@ -344,13 +402,16 @@ struct Threaded {
     peak_pss: Option<u64>,
 }
 
-/// `threads` threads each making `calls` calls with the module in memory, started together,
-/// while another thread samples the process's PSS.
+/// How long each thread of a batch of calls from several threads keeps calling: long enough
+/// that starting and joining the threads, and the scheduler's moods, weigh little (a batch of a
+/// fixed few calls took a millisecond, and its calls/s moved by half from run to run).
+const THREADED_WINDOW: Duration = Duration::from_millis(50);
+
+/// `threads` threads each making calls (`call`, with the module in memory) until
+/// [`THREADED_WINDOW`] has passed since they started together (at least one each), while
+/// another thread samples the process's PSS.
 fn threaded(
-    subject: &Subject,
-    ready: &Ready,
-    workload: &Workload,
-    calls: usize,
+    call: &(dyn Fn() -> Result<CallResult, String> + Sync),
     threads: usize,
     reference: &Option<CallResult>,
 ) -> Result<Threaded, String> {
@@ -369,35 +430,40 @@ fn threaded(
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 let barrier = Arc::clone(&barrier);
-                scope.spawn(move || -> Result<(), String> {
+                scope.spawn(move || -> Result<u64, String> {
                     barrier.wait();
-                    for _ in 0..calls {
-                        let answer = subject.call(ready, workload)?;
+                    let started = Instant::now();
+                    let mut calls = 0;
+                    loop {
+                        let answer = call()?;
                         if let Some(expected) = reference {
                             if *expected != answer {
                                 return Err(format!("it answered {}", json(&answer)));
                             }
                         }
+                        calls += 1;
+                        if started.elapsed() >= THREADED_WINDOW {
+                            return Ok(calls);
+                        }
                     }
-                    Ok(())
                 })
             })
             .collect();
         barrier.wait();
         let started = Instant::now();
-        let mut outcome = Ok(());
+        let mut outcome = Ok(0);
         for worker in workers {
             let joined = worker
                 .join()
                 .unwrap_or_else(|_| Err("a calling thread panicked".into()));
-            outcome = outcome.and(joined);
+            outcome = outcome.and_then(|sum| joined.map(|calls| sum + calls));
         }
         let elapsed = started.elapsed();
         stop_sampling.store(true, Ordering::Release);
         sampler.thread().unpark();
         let peak_pss = sampler.join().unwrap_or(None);
-        outcome.map(|()| Threaded {
-            calls: (calls * threads) as u64,
+        outcome.map(|calls| Threaded {
+            calls,
             elapsed,
             peak_pss,
         })
@@ -405,8 +471,7 @@ fn threaded(
 }
 
 fn finish(state: State) -> Measured {
-    let calls_per_s = (state.threaded_calls > 0 && !state.threaded_time.is_zero())
-        .then(|| stats::round_3(state.threaded_calls as f64 / state.threaded_time.as_secs_f64()));
+    let calls_per_s = state.threaded.per_core(1).map(stats::round_3);
     Measured {
         engine: state.subject.name().to_string(),
         versions: state.subject.versions(),
@@ -419,7 +484,13 @@ fn finish(state: State) -> Measured {
         call_in_memory_us: state.in_memory.percentiles(),
         call_from_disk_us: state.from_disk.percentiles(),
         call_back_to_back_us: state.back_to_back.percentiles(),
+        call_ready_us: state.made_ahead.percentiles(),
         calls_per_s,
+        calls_per_s_per_core: state.threaded.per_core(state.cores).map(stats::round_3),
+        ready_calls_per_s_per_core: state
+            .threaded_ready
+            .per_core(state.cores)
+            .map(stats::round_3),
         peak_rss_bytes: state.peak_rss,
         peak_pss_bytes: state.peak_pss,
         samples: state.in_memory.len(),

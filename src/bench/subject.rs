@@ -13,7 +13,9 @@ use std::sync::Arc;
 use hako_engine_api::{Engine, Module};
 use hako_engine_baseline::{Compiled, Runtime};
 
-use crate::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest};
+use crate::call::{
+    self, CallOutcome, CallStats, Limits, Mounts, Network, ReadyInstance, ToolRequest,
+};
 use crate::engines::{self, EngineConfig};
 use crate::http::{NoBroker, PackagePolicy};
 use crate::protocol::{self, Answer, CallResult, Line, RequestId};
@@ -228,11 +230,37 @@ impl Subject {
         }
     }
 
+    /// An instance of `ready` made ahead of a call, as `hako serve` makes one after each call;
+    /// `None` for a baseline, which makes its instance in its call.
+    pub fn prepare_call(&self, ready: &Ready) -> Option<ReadyInstance> {
+        match (&self.kind, ready) {
+            (Kind::Host { .. }, Ready::Host(module)) => {
+                Some(ReadyInstance::prepare(module, Limits::CALL))
+            }
+            _ => None,
+        }
+    }
+
+    /// Makes one call on `instance`, made by [`Subject::prepare_call`] of `ready`.
+    pub fn call_prepared(
+        &self,
+        ready: &Ready,
+        instance: ReadyInstance,
+        workload: &Workload,
+    ) -> Result<CallResult, String> {
+        match (&self.kind, ready) {
+            (Kind::Host { network, .. }, Ready::Host(module)) => {
+                host_call(module, Some(instance), network, workload)
+            }
+            _ => Err(format!("{}: an instance of another subject", self.name)),
+        }
+    }
+
     /// Makes one call; `Err` says how it crashed or failed.
     pub fn call(&self, ready: &Ready, workload: &Workload) -> Result<CallResult, String> {
         match (&self.kind, ready) {
             (Kind::Host { network, .. }, Ready::Host(module)) => {
-                host_call(module, network, workload)
+                host_call(module, None, network, workload)
             }
             (Kind::Baseline { .. }, Ready::Baseline(compiled)) => {
                 baseline_call(compiled.as_ref(), workload)
@@ -242,11 +270,15 @@ impl Subject {
     }
 }
 
+/// A call of hako's host, on `instance` when one was made ahead (which it must then use). What
+/// the run left is dropped before it returns, as `hako call` does, so the time includes it.
 fn host_call(
     module: &Arc<dyn Module>,
+    instance: Option<ReadyInstance>,
     network: &Network,
     workload: &Workload,
 ) -> Result<CallResult, String> {
+    let made_ahead = instance.is_some();
     let request = ToolRequest {
         program: &workload.program,
         tool: &workload.tool,
@@ -255,7 +287,16 @@ fn host_call(
         mounts: Mounts::fresh(workload.assets.clone()),
         network: network.clone(),
     };
-    match call::call_tool(module, request, CallStats::default()) {
+    let outcome = call::call_tool_answer_first(module, instance, request, CallStats::default())
+        .map(|(outcome, teardown)| {
+            teardown.finish();
+            outcome
+        });
+    match outcome {
+        Ok(outcome) if outcome.stats().ready != made_ahead => Err(format!(
+            "the call {} the instance made ahead of it",
+            if made_ahead { "did not use" } else { "used" }
+        )),
         Ok(CallOutcome::Answered { result, .. }) => Ok(result),
         Ok(CallOutcome::Crashed { crash, stderr, .. }) => Err(with_stderr(
             format!("crashed ({}): {}", crash.kind, crash.message),

@@ -101,10 +101,25 @@ fn bench_json_has_every_key_one_result_per_engine_and_a_well_formed_plot() {
             "compile_ms",
             "artifact_bytes",
             "calls_per_s",
+            "calls_per_s_per_core",
             "peak_rss_bytes",
             "peak_pss_bytes",
         ] {
             positive(&result[key], &format!("{engine}.{key}"));
+        }
+        // Instances made ahead are hako's own: a baseline makes its instance in its call.
+        let baseline = matches!(engine, "wasmtime-wasi" | "wasmer-wasix");
+        let made_ahead = [
+            &result["call_ready_us"]["p50"],
+            &result["call_ready_us"]["p99"],
+            &result["ready_calls_per_s_per_core"],
+        ];
+        for (n, figure) in made_ahead.into_iter().enumerate() {
+            if baseline {
+                assert!(figure.is_null(), "{engine}: figure {n} is {figure}");
+            } else {
+                positive(figure, &format!("{engine}: made-ahead figure {n}"));
+            }
         }
         for key in [
             "load_us",
