@@ -1,7 +1,8 @@
 //! Cold start: one call of the bundled greet example, end to end through the call contract,
 //! with the module already in memory and with its artifact loaded (verified and deserialized)
 //! from disk each time, for every engine configuration of this build side by side (wasmer with
-//! each compiler, and wasmtime); and the artifact load alone. With `--features baselines` (or
+//! each compiler, and wasmtime); the instantiation a call made ahead of no longer waits for;
+//! and the artifact load alone. With `--features baselines` (or
 //! one of `wasmtime-wasi`, `wasmer-wasix`) the comparison baselines get rows too, called through
 //! `hako::bench`'s subjects so that their answers are read with hako's codec like everyone
 //! else's.
@@ -93,6 +94,19 @@ fn cold_start(c: &mut Criterion) {
         });
     }
     in_memory.finish();
+
+    // What a call made ahead of takes off its path: an instance made, then dropped unrun
+    // (its memory put back in the pool as a run's is).
+    let mut instantiate = c.benchmark_group("instantiate");
+    for &config in &configs {
+        let engine = engines::engine(config, None).expect("the engine builds");
+        let module = engine.compile(&wasm).expect("greet compiles");
+        instantiate.bench_function(
+            BenchmarkId::new(config.kind().name(), config.compiler().name()),
+            |b| b.iter(|| drop(black_box(module.prepare(Limits::CALL.run_limits())))),
+        );
+    }
+    instantiate.finish();
 
     let mut from_disk = c.benchmark_group("call_from_disk");
     for &config in &configs {

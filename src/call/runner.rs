@@ -23,7 +23,8 @@ use crate::sandbox::{Cancel, Preopen, PreopenDir, SandboxConfig, Stdio, Wasi, Wr
 /// The limits of one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// The call's time limit, from instantiation to exit.
+    /// The call's time limit, from instantiation (or the start of the run, on an instance made
+    /// ahead) to exit.
     pub timeout: Duration,
     /// The most linear memory the guest may have.
     pub max_memory_bytes: u64,
