@@ -7,7 +7,10 @@
 # 1 / (1/in-process + 1/healthz); each endpoint's calls/s is printed with its share of it, with
 # wrk's p50/p99 and the server's outcome counters.
 #
-#   [HAKO=BINARY] benches/serve/run.sh [DURATION_S] [CONNECTIONS] [WRK_THREADS] [-- PACKAGE_DIR...]
+#   [HAKO=BINARY] [SERVE_ARGS="--ready-instances 0 …"] benches/serve/run.sh [DURATION_S]
+#       [CONNECTIONS] [WRK_THREADS] [-- PACKAGE_DIR...]
+#
+# SERVE_ARGS are given to hako serve after its own flags (to compare its settings).
 #
 # Packages default to the greet example and benches/packages/data-8m (its module is built by
 # benches/packages/build.sh); a package's tool and arguments come from its bench.json. wrk
@@ -52,7 +55,7 @@ measure() {
        END {printf "%s %s %s %s\n", rps, p50, p99, (bad == "" ? 0 : bad)}' <<<"$out"
 }
 
-echo "machine: $(nproc) cores, $(uname -srm); hako serve --workers $workers (wasmer, cranelift); wrk -t$threads -c$connections -d${duration}s on the same cores"
+echo "machine: $(nproc) cores, $(uname -srm); hako serve --workers $workers ${SERVE_ARGS:+$SERVE_ARGS }(wasmer, cranelift); wrk -t$threads -c$connections -d${duration}s on the same cores"
 for package in "${packages[@]}"; do
   [[ -f "$package/module.wasm" ]] || { echo "$package has no module.wasm (benches/packages/build.sh builds the corpus)" >&2; exit 1; }
   name="$(jq -r .name "$package/subako-package.json")"
@@ -67,7 +70,8 @@ for package in "${packages[@]}"; do
   done | sort -g | sed -n 3p)"
 
   "$hako" upload "$package" --store "$store" >/dev/null
-  "$hako" serve --store "$store" --listen 127.0.0.1:0 --workers "$workers" >"$log" 2>/dev/null &
+  # shellcheck disable=SC2086 # SERVE_ARGS is a list of flags
+  "$hako" serve --store "$store" --listen 127.0.0.1:0 --workers "$workers" ${SERVE_ARGS:-} >"$log" 2>/dev/null &
   server=$!
   for _ in $(seq 100); do grep -q listening "$log" && break; sleep 0.1; done
   base="$(sed -n 's/^hako: listening on //p' "$log")"
@@ -92,7 +96,7 @@ for package in "${packages[@]}"; do
     printf '  %-34s %10.0f calls/s   p50 %8s   p99 %8s   non-2xx %s   %.2f of the ceiling\n' \
       "POST $path" "$rps" "$p50" "$p99" "$bad" "$(awk -v a="$rps" -v c="$ceiling" 'BEGIN {print a / c}')"
   done
-  curl -sf "$base/metrics" | grep -E '^hako_calls_(total|rejected_total)' | sed 's/^/  /' || true
+  curl -sf "$base/metrics" | grep -E '^hako_calls_(total|rejected_total|ready_total)' | sed 's/^/  /' || true
   kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true
   server=
 done

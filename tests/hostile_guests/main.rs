@@ -12,6 +12,10 @@
 //! - the process's peak resident set grows during the call by less than the cap plus
 //!   [`OVERHEAD`], what the host may hold beside a guest's memory and tables.
 //!
+//! Every other call of a module runs on an instance made ahead of it, and is followed by one
+//! more made and dropped unrun, as `hako serve` makes them; both are inside the timing and the
+//! resident-set window.
+//!
 //! The seed corpus (`corpus/*.wat`, each with its own cap on its first line) runs first: the
 //! two modules that once ended or stalled `hako serve` (a `table.grow` of 0xF0000000 elements,
 //! a loop of `random_get` over 1 GiB). Then modules are drawn from a pseudo-random stream for
@@ -29,7 +33,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arbitrary::Unstructured;
-use hako::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest, VolumeTmp};
+use hako::call::{
+    self, CallOutcome, CallStats, Limits, Mounts, Network, ReadyInstance, ToolRequest, VolumeTmp,
+};
 use hako::engines::{self, EngineConfig};
 use hako::http::{NoBroker, PackagePolicy};
 use hako_engine_api::Module;
@@ -323,7 +329,22 @@ impl Fuzzer {
             let before = resident("VmRSS");
             let started = Instant::now();
             Watch::call(format!("{name} on {config}"));
-            let outcome = call::call_tool(module, self.request(cap_mib), CallStats::default());
+            let request = self.request(cap_mib);
+            let limits = request.limits;
+            // Every other call runs as `hako serve` runs them: on an instance made ahead of
+            // it, then one more made for a next call that never comes, dropped unrun.
+            let made_ahead = self.subjects[index].runs % 2 == 1;
+            let ready = made_ahead.then(|| ReadyInstance::prepare(module, limits));
+            let outcome =
+                call::call_tool_answer_first(module, ready, request, CallStats::default()).map(
+                    |(outcome, teardown)| {
+                        teardown.finish();
+                        outcome
+                    },
+                );
+            if made_ahead {
+                drop(ReadyInstance::prepare(module, limits));
+            }
             Watch::ended();
             let took = started.elapsed();
             let growth = resident("VmHWM").saturating_sub(before);
