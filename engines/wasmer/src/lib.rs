@@ -767,17 +767,8 @@ mod tests {
         fn arm(&self, _: Arc<dyn hako_engine_api::Interrupt>) {}
     }
 
-    /// A start function that counts its runs and calls the host; `_start` exits with the count.
-    const COUNTED_START: &str = r#"(module
-        (import "wasi_snapshot_preview1" "sched_yield" (func $yield (result i32)))
-        (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
-        (memory (export "memory") 1)
-        (global $starts (mut i32) (i32.const 0))
-        (func $start
-            (global.set $starts (i32.add (global.get $starts) (i32.const 1)))
-            (drop (call $yield)))
-        (start $start)
-        (func (export "_start") (call $exit (global.get $starts))))"#;
+    /// A start function that counts its runs (see the fixture).
+    const COUNTED_START: &str = include_str!("../../api/fixtures/counted_start.wat");
 
     #[test]
     fn an_instance_made_ahead_runs_its_start_function_once_in_its_run() {
