@@ -423,31 +423,31 @@ impl Module for WasmerModule {
             flag: checks::Flag::default(),
             target: interrupt::Target::default(),
         });
-        let (made, usage) = if self.runs_here {
+        let made = if self.runs_here {
             self.instantiate(&mut store, &env, limits, &interrupt)
         } else {
-            let exit = RunExit::Instantiate(format!(
+            Err(RunExit::Instantiate(format!(
                 "this module was compiled for {} and cannot run here",
                 self.triple
-            ));
-            (Err(exit), None)
+            )))
         };
         Box::new(WasmerPrepared {
             store,
             env,
             interrupt,
             made,
-            usage,
         })
     }
 }
 
 /// What instantiation made: the start function the checks took out of it (if the module has
-/// one), the memory the host sees, and `_start`.
+/// one), the memory the host sees, `_start`, and the cap's record of the instance's memory and
+/// refusals.
 struct Entry {
     start_function: Option<TypedFunction<(), ()>>,
     memory: wasmer::Memory,
     start: TypedFunction<(), ()>,
+    usage: Arc<Usage>,
 }
 
 /// A [`WasmerModule`]'s instance made ahead of its run: its store, the environment its host
@@ -459,8 +459,6 @@ struct WasmerPrepared {
     env: FunctionEnv<HostEnv>,
     interrupt: Arc<StoreInterrupt>,
     made: Result<Entry, RunExit>,
-    /// The run's memory use and refusals, once instantiation got as far as the cap.
-    usage: Option<Arc<Usage>>,
 }
 
 impl Prepared for WasmerPrepared {
@@ -470,7 +468,6 @@ impl Prepared for WasmerPrepared {
             env,
             interrupt,
             made,
-            usage,
         } = *self;
         env.as_mut(&mut store).host = Some(host);
         let exit = match made {
@@ -481,11 +478,11 @@ impl Prepared for WasmerPrepared {
                 // that.
                 let _detach = interrupt.flag.detach_on_drop();
                 let _entered = interrupt.target.enter();
-                let refused = || usage.as_ref().is_some_and(|usage| usage.refused());
+                let usage = Arc::clone(&entry.usage);
                 start(&mut store, &env, entry)
                     .err()
                     .map_or(RunExit::Returned, |error| {
-                        classify(error, refused, &interrupt)
+                        classify(error, &usage, &interrupt)
                     })
             }
             Err(exit) => exit,
@@ -580,27 +577,23 @@ impl WasmerModule {
             .collect()
     }
 
-    /// Makes the instance under `limits`, running none of its code. Returns what it made (or
-    /// how instantiation ended) and the cap's record of the instance's memory.
+    /// Makes the instance under `limits`, running none of its code: what it made, or how
+    /// instantiation ended.
     fn instantiate(
         &self,
         store: &mut Store,
         env: &FunctionEnv<HostEnv>,
         limits: RunLimits,
         interrupt: &StoreInterrupt,
-    ) -> (Result<Entry, RunExit>, Option<Arc<Usage>>) {
-        let imports = match self.imports(store, env) {
-            Ok(imports) => imports,
-            Err(message) => return (Err(RunExit::Instantiate(message)), None),
-        };
+    ) -> Result<Entry, RunExit> {
+        let imports = self.imports(store, env).map_err(RunExit::Instantiate)?;
         let cap = CapScope::enter(limits, self.image.clone());
-        let usage = cap.usage();
         // No guest code runs here: the checks took the start function out of instantiation
         // (and the engine identity keeps code without them from being loaded).
-        let made = match Instance::new_by_index(store, &self.module, &imports) {
+        match Instance::new_by_index(store, &self.module, &imports) {
             Ok(instance) => {
                 interrupt.flag.attach(&instance, store);
-                self.entry(&instance, store)
+                self.entry(&instance, store, cap.usage())
             }
             Err(error) if cap.refused() => Err(RunExit::OutOfMemory(format!(
                 "the module's initial memory and tables are above the cap of {} bytes \
@@ -610,16 +603,20 @@ impl WasmerModule {
             // A segment out of bounds traps while the instance is made: the guest's trap, as
             // on wasmtime, not a host failure.
             Err(wasmer::InstantiationError::Start(error)) => {
-                Err(classify(error, || cap.refused(), interrupt))
+                Err(classify(error, &cap.usage(), interrupt))
             }
             Err(error) => Err(RunExit::Instantiate(error.to_string())),
-        };
-        (made, Some(usage))
+        }
     }
 
     /// The instance's entry points. Whether the module has a start function was read once,
     /// when the module was made.
-    fn entry(&self, instance: &Instance, store: &Store) -> Result<Entry, RunExit> {
+    fn entry(
+        &self,
+        instance: &Instance,
+        store: &Store,
+        usage: Arc<Usage>,
+    ) -> Result<Entry, RunExit> {
         let start_function = if self.has_start {
             let start = instance
                 .exports
@@ -635,6 +632,7 @@ impl WasmerModule {
             start_function,
             memory,
             start,
+            usage,
         })
     }
 }
@@ -660,11 +658,7 @@ fn entry_points(
 /// prologue "call stack exhausted"). A trap of the guest's own after its deadline has passed is
 /// reported as the interrupt too, which the host would judge a timeout anyway. Past those, the
 /// memory cap keeps precedence, as it does in the host's verdict.
-fn classify(
-    error: wasmer::RuntimeError,
-    refused: impl Fn() -> bool,
-    interrupt: &StoreInterrupt,
-) -> RunExit {
+fn classify(error: wasmer::RuntimeError, usage: &Usage, interrupt: &StoreInterrupt) -> RunExit {
     if let Some(HostStop(stop)) = error.downcast_ref::<HostStop>() {
         return match stop {
             Stop::Exit(code) => RunExit::Exited(*code),
@@ -677,7 +671,7 @@ fn classify(
         Some(wasmer_types::TrapCode::UnreachableCodeReached) if interrupt.flag.raised() => {
             RunExit::Interrupted
         }
-        _ if refused() => RunExit::OutOfMemory(format!(
+        _ if usage.refused() => RunExit::OutOfMemory(format!(
             "the guest was refused memory at its cap, then trapped: {message}"
         )),
         Some(_) if interrupt.flag.raised() => RunExit::Interrupted,

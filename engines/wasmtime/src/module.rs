@@ -177,7 +177,7 @@ impl Module for NativeModule {
         let mut store = self.store(limits);
         let made = match self.pre(limits) {
             Err(exit) => Made::Failed(exit),
-            Ok(pre) if self.has_start.load(Ordering::Relaxed) => Made::AtRun(pre.clone()),
+            Ok(pre) if self.has_start.load(Ordering::Relaxed) => self.at_run(pre, limits),
             Ok(pre) => {
                 // The deadline is the engine's current epoch, so that guest code traps at its
                 // first epoch check, a function's entry: the instance of a module with a start
@@ -188,18 +188,24 @@ impl Module for NativeModule {
                     Err(RunExit::Interrupted) => {
                         self.has_start.store(true, Ordering::Relaxed);
                         store = self.store(limits);
-                        Made::AtRun(pre.clone())
+                        self.at_run(pre, limits)
                     }
                     Err(exit) => Made::Failed(exit),
                 }
             }
         };
-        Box::new(WasmtimePrepared {
-            store,
-            made,
+        Box::new(WasmtimePrepared { store, made })
+    }
+}
+
+impl NativeModule {
+    /// The instance made by the run: the module has a start function.
+    fn at_run(&self, pre: &InstancePre<RunState>, limits: RunLimits) -> Made {
+        Made::AtRun {
+            pre: pre.clone(),
             pool: self.pool,
             limits,
-        })
+        }
     }
 }
 
@@ -215,7 +221,11 @@ enum Made {
     Entry(Entry),
     /// Nothing yet: the module has a start function, which instantiation runs, so the run
     /// instantiates once its watchdog is armed.
-    AtRun(InstancePre<RunState>),
+    AtRun {
+        pre: InstancePre<RunState>,
+        pool: PoolConfig,
+        limits: RunLimits,
+    },
     /// How instantiation ended.
     Failed(RunExit),
 }
@@ -224,18 +234,11 @@ enum Made {
 struct WasmtimePrepared {
     store: Store<RunState>,
     made: Made,
-    pool: PoolConfig,
-    limits: RunLimits,
 }
 
 impl Prepared for WasmtimePrepared {
     fn run(self: Box<Self>, host: Box<dyn Host>, watchdog: &dyn Watchdog) -> RunResult {
-        let WasmtimePrepared {
-            mut store,
-            made,
-            pool,
-            limits,
-        } = *self;
+        let WasmtimePrepared { mut store, made } = *self;
         store.data_mut().host = Some(host);
         let entry = match made {
             Made::Failed(exit) => Err(exit),
@@ -243,7 +246,7 @@ impl Prepared for WasmtimePrepared {
                 watchdog.arm(Arc::new(limits::arm(&mut store)));
                 Ok(entry)
             }
-            Made::AtRun(pre) => {
+            Made::AtRun { pre, pool, limits } => {
                 // Armed before instantiation, which runs the start function.
                 watchdog.arm(Arc::new(limits::arm(&mut store)));
                 instantiate(&pre, &mut store, pool, limits)
