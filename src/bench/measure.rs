@@ -105,6 +105,11 @@ struct Throughput {
 }
 
 impl Throughput {
+    fn add(&mut self, batch: &Threaded) {
+        self.calls += batch.calls;
+        self.time += batch.elapsed;
+    }
+
     fn per_core(&self, cores: usize) -> Option<f64> {
         (self.calls > 0 && !self.time.is_zero())
             .then(|| self.calls as f64 / self.time.as_secs_f64() / cores.max(1) as f64)
@@ -350,29 +355,23 @@ fn run_batch(
     let subject = &state.subject;
     let plain = || subject.call(&ready, workload);
     match threaded(&plain, threads, reference) {
-        Ok(Threaded {
-            calls,
-            elapsed,
-            peak_pss,
-        }) => {
-            state.threaded.calls += calls;
-            state.threaded.time += elapsed;
-            state.peak_pss = state.peak_pss.max(peak_pss);
+        Ok(batch) => {
+            state.threaded.add(&batch);
+            state.peak_pss = state.peak_pss.max(batch.peak_pss);
         }
         Err(err) => return state.fail("a call from several threads", err),
     }
-    if subject.prepare_call(&ready).is_none() {
+    if !subject.makes_instances_ahead() {
         return;
     }
-    let made_ahead = || match subject.prepare_call(&ready) {
-        Some(instance) => subject.call_prepared(&ready, instance, workload),
-        None => Err("no instance could be made ahead".into()),
+    let made_ahead = || {
+        let instance = subject
+            .prepare_call(&ready)
+            .ok_or("no instance could be made ahead")?;
+        subject.call_prepared(&ready, instance, workload)
     };
     match threaded(&made_ahead, threads, reference) {
-        Ok(Threaded { calls, elapsed, .. }) => {
-            state.threaded_ready.calls += calls;
-            state.threaded_ready.time += elapsed;
-        }
+        Ok(batch) => state.threaded_ready.add(&batch),
         Err(err) => state.fail(
             "a call on an instance made ahead, from several threads",
             err,

@@ -230,6 +230,12 @@ impl Subject {
         }
     }
 
+    /// Whether the subject makes instances ahead of calls (hako's engines; a baseline makes
+    /// its instance in its call).
+    pub fn makes_instances_ahead(&self) -> bool {
+        matches!(self.kind, Kind::Host { .. })
+    }
+
     /// An instance of `ready` made ahead of a call, as `hako serve` makes one after each call;
     /// `None` for a baseline, which makes its instance in its call.
     pub fn prepare_call(&self, ready: &Ready) -> Option<ReadyInstance> {

@@ -2,7 +2,8 @@
 //! the store's current version on each use, so an upload is seen at once), and one tool call
 //! taken from request to outcome — admitted to the bounded [`GuestPool`] or refused, its
 //! module loaded through the one shared [`ModuleCache`], run with the package's network
-//! policy and the one broker of the server, counted in [`Metrics`].
+//! policy and the one broker of the server, counted in [`Metrics`]; after its answer, the guest
+//! thread makes an instance of the same module for its next call (`--ready-instances`).
 //!
 //! It speaks neither HTTP nor JSON-RPC: the front ends ([`super::api`], [`super::mcp`]) turn
 //! what it answers into their own replies.
@@ -348,7 +349,7 @@ impl Calls {
         }
         let after = AfterCall {
             teardown,
-            next: Some(Next {
+            next: (self.ready_instances > 0).then(|| Next {
                 module: loaded.module,
                 limits,
                 held: self.metrics.ready_instances(),
