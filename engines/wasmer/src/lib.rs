@@ -31,6 +31,7 @@ mod interrupt;
 mod link;
 mod memory;
 mod pool;
+mod trim;
 
 use std::collections::BTreeSet;
 use std::str::FromStr;
@@ -397,6 +398,11 @@ impl Module for WasmerModule {
             .serialize()
             .map(|bytes| bytes.to_vec())
             .map_err(|err| EngineError::Serialize(err.to_string()))?;
+        let code = if code.starts_with(ELF_MAGIC) {
+            trim::trim(code).map_err(EngineError::Serialize)?
+        } else {
+            code
+        };
         let image = self
             .image
             .as_ref()
@@ -812,6 +818,36 @@ mod tests {
             !foreign.starts_with(ELF_MAGIC),
             "wasmer links images of its own architecture only"
         );
+    }
+
+    #[test]
+    fn a_trap_in_code_loaded_from_a_trimmed_image_is_the_trap_of_the_compiled_code() {
+        // The load reads the trap table through the file: what trimming left must be enough.
+        let wasm = wat::parse_str(
+            r#"(module (memory (export "memory") 1)
+                 (func (export "_start") (drop (i32.load (i32.const 70000)))))"#,
+        )
+        .unwrap();
+        let engine = WasmerEngine::new(Compiler::Cranelift, None).unwrap();
+        let compiled = engine.compile(&wasm).unwrap();
+        let loaded = load(&engine, &compiled.serialize().unwrap()).unwrap();
+        let limits = RunLimits {
+            max_memory_bytes: 64 << 20,
+            max_table_elements: hako_engine_api::MAX_TABLE_ELEMENTS,
+        };
+        let exits: Vec<RunExit> = [compiled, loaded]
+            .iter()
+            .map(|module| {
+                let host = Box::new(Recording(Asked::default()));
+                module.run(host, limits, &Never).exit
+            })
+            .collect();
+        assert!(
+            matches!(&exits[0], RunExit::Trap(message) if message.contains("out of bounds")),
+            "{:?}",
+            exits[0]
+        );
+        assert_eq!(exits[0], exits[1]);
     }
 
     #[test]
