@@ -11,8 +11,8 @@
 //! [`trim`] writes the image again without those sections, at upload, before the artifact is
 //! stored. The segments (the code, its unwind tables, the dynamic section) keep their bytes,
 //! file offsets and addresses, so the mapped image is the one wasmer linked. Greet's image goes
-//! from 20 sections and 385 KiB to 13 and 224 KiB, and its load from 105 to 71 µs (see the
-//! README's bench section).
+//! from 20 sections and 385 KiB to 13 and 224 KiB, and wasmer's load of its artifact file from
+//! 95 to 79 µs (see the README's bench section).
 
 use object::build::elf::{Builder, Dynamic, SectionData};
 
