@@ -338,13 +338,13 @@ impl Engine for WasmerEngine {
             None => "no memory image".to_string(),
         };
         let engine = self.loading_engine();
-        // wasmer maps an ELF image from a path; this process's own name for the open file is
-        // the very file the caller verified, whatever has been renamed over its path since.
-        let own_name =
-            std::path::PathBuf::from(format!("/proc/self/fd/{}", artifact.file.as_raw_fd()));
         let read_error = |err: std::io::Error| EngineError::Deserialize(format!("reading: {err}"));
         let is_elf = artifact.code_starts_with(ELF_MAGIC).map_err(read_error)?;
         let loaded = if is_elf && open_files_have_names() {
+            // wasmer maps an ELF image from a path; this process's own name for the open file
+            // is the very file the caller verified, whatever has been renamed over its path
+            // since.
+            let own_name = format!("/proc/self/fd/{}", artifact.file.as_raw_fd());
             // SAFETY: the caller guarantees the file holds, from its first byte, code this
             // engine's identity produced and that it does not change while mapped; wasmer
             // reads the ELF image's own headers and ignores the bytes after it.

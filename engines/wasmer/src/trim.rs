@@ -36,16 +36,20 @@ pub(crate) fn trim(image: Vec<u8>) -> Result<Vec<u8>, String> {
     // The linker reserves more dynamic entries than it writes, the rest left zero (`DT_NULL`);
     // the builder would write the used ones alone and leave the following file bytes inside the
     // mapped segment. Written as they were, the segment is the bytes it was.
-    let entry = if builder.is_64 { 16 } else { 8 };
+    let entry = if builder.is_64 {
+        size_of::<object::elf::Dyn64<object::Endianness>>()
+    } else {
+        size_of::<object::elf::Dyn32<object::Endianness>>()
+    } as u64;
     for section in builder.sections.iter_mut() {
         if let SectionData::Dynamic(entries) = &mut section.data {
-            let reserved = usize::try_from(section.sh_size / entry).unwrap_or(0);
-            while entries.len() + 1 < reserved {
-                entries.push(Dynamic::Integer {
-                    tag: object::elf::DT_NULL,
-                    val: 0,
-                });
-            }
+            // One entry of the reserved ones is the terminator the builder adds.
+            let written = usize::try_from(section.sh_size / entry).unwrap_or(0);
+            let padding = Dynamic::Integer {
+                tag: object::elf::DT_NULL,
+                val: 0,
+            };
+            entries.resize(written.saturating_sub(1).max(entries.len()), padding);
         }
     }
     // The symbol table goes with its section; no relocation or dynamic entry names its symbols
@@ -162,7 +166,7 @@ mod tests {
                 )
             };
             let (old_section, new_section) = (section(&old), section(&new));
-            if new.section_by_name(name).unwrap().address() != 0 {
+            if new_section.0 != 0 {
                 assert_eq!(old_section, new_section, "{name}");
             } else {
                 assert_eq!(old_section.2, new_section.2, "{name}");
