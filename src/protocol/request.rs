@@ -8,6 +8,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 /// A request id: fresh and opaque per request. Guests must echo it exactly, so a string id
 /// and a number id never match each other (`"1"` is not `1`).
@@ -20,13 +21,10 @@ pub enum RequestId {
 }
 
 impl RequestId {
-    /// A fresh string id, `<prefix>-<16 hex digits>`, random from the operating system.
-    ///
-    /// Should the system's randomness be unavailable, the digits come from a process-wide
-    /// counter mixed with the clock: an id only has to differ from the ones before it.
+    /// A fresh string id, `<prefix>-<16 hex digits>`: no two made by one process are the
+    /// same ([`fresh_bits`]), and they do not look consecutive.
     pub fn fresh(prefix: &str) -> Self {
-        let bits = getrandom::u64().unwrap_or_else(|_| fallback_bits());
-        RequestId::Str(format!("{prefix}-{bits:016x}"))
+        RequestId::Str(format!("{prefix}-{:016x}", fresh_bits()))
     }
 
     /// Appends the id as JSON: a string or a number.
@@ -47,14 +45,30 @@ impl fmt::Display for RequestId {
     }
 }
 
-fn fallback_bits() -> u64 {
+/// A process-wide counter put through a bijection of `u64` keyed by bits drawn once per
+/// process: distinct for every id of the process (the counter never repeats, and neither
+/// keyed step merges two values), not consecutive to look at, and other processes start from
+/// other keys. Costs no system call per id (a call used to spend a `getrandom` on its id).
+/// Ids are no secret, only distinct: a guest is handed its own to echo, and learns nothing
+/// from it that it could use.
+fn fresh_bits() -> u64 {
+    static KEY: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
+    // Should the system's randomness be unavailable, the clock keys the ids: they only have to
+    // differ from the ones before them.
+    let key = *KEY.get_or_init(|| getrandom::u64().unwrap_or_else(|_| clock_nanos()));
+    scramble(COUNTER.fetch_add(1, Ordering::Relaxed) ^ key)
+}
+
+fn clock_nanos() -> u64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    // splitmix64 of the pair, so consecutive ids do not look consecutive.
-    let mut z = nanos ^ count.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// splitmix64's finaliser: each step (an odd multiplication, an xor with a right shift of
+/// itself) is invertible, so distinct inputs give distinct outputs.
+fn scramble(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
@@ -239,8 +253,23 @@ mod tests {
     }
 
     #[test]
-    fn fallback_bits_differ_between_calls() {
-        assert_ne!(fallback_bits(), fallback_bits());
+    fn ids_of_one_process_never_repeat_and_do_not_count_up() {
+        let ids: Vec<u64> = (0..100_000).map(|_| fresh_bits()).collect();
+        let distinct: std::collections::HashSet<u64> = ids.iter().copied().collect();
+        assert_eq!(distinct.len(), ids.len());
+        // Neighbours differ in many bits, not in the last few as a counter's would.
+        assert!(ids
+            .windows(2)
+            .all(|pair| (pair[0] ^ pair[1]).count_ones() > 4));
+    }
+
+    #[test]
+    fn the_scramble_merges_no_two_neighbouring_inputs() {
+        let outputs: std::collections::HashSet<u64> = (0..1u64 << 16)
+            .flat_map(|n| [n, u64::MAX - n, n << 48])
+            .map(scramble)
+            .collect();
+        assert_eq!(outputs.len(), 3 * (1 << 16) - 1, "0 << 48 is 0 again");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! what it answers into their own replies.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,10 +35,13 @@ pub fn broker(policy: &Policy) -> Result<Arc<dyn Broker>, BrokerError> {
     Ok(Arc::new(HyperBroker::new(&policy.tls)?))
 }
 
-/// A package as the server serves it: the stored version, its module bytes and its policy.
+/// A package as the server serves it: the stored version, its module bytes, its assets folder
+/// and its policy.
 pub struct Served {
     pub stored: StoredPackage,
     wasm: Vec<u8>,
+    /// Looked for once: a stored version never changes (a call used to `stat` it).
+    assets: Option<PathBuf>,
     policy: Arc<PackagePolicy>,
 }
 
@@ -205,6 +209,7 @@ impl Calls {
                 let wasm = stored.wasm()?;
                 let policy = Arc::new(self.policy.for_package(name, &[])?);
                 Arc::new(Served {
+                    assets: stored.assets(),
                     stored,
                     wasm,
                     policy,
@@ -324,7 +329,7 @@ impl Calls {
             limits,
             mounts: Mounts {
                 volume_tmp: self.volume_tmp.clone(),
-                ..Mounts::fresh(package.stored.assets())
+                ..Mounts::fresh(package.assets.clone())
             },
             network: Network {
                 policy: Arc::clone(&package.policy),
