@@ -259,7 +259,7 @@ pub async fn call(server: &Arc<Server>, name: &str, request: Request<Incoming>) 
         let message = format!("the body nests deeper than {MAX_NESTING} arrays and objects");
         return problem(StatusCode::BAD_REQUEST, &message);
     }
-    let request: Value = match serde_json::from_slice(&body) {
+    let mut request: Value = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(err) => {
             return problem(
@@ -268,23 +268,24 @@ pub async fn call(server: &Arc<Server>, name: &str, request: Request<Incoming>) 
             )
         }
     };
-    let Some(tool) = request.get("tool").and_then(Value::as_str) else {
+    let Some(tool) = request
+        .get("tool")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
         return problem(StatusCode::BAD_REQUEST, "the body needs a string \"tool\"");
     };
-    let arguments = match request.get("arguments") {
+    // Taken out of the request, not copied: it is the request's one part of any size.
+    let arguments = match request.get_mut("arguments").map(Value::take) {
         None | Some(Value::Null) => json!({}),
-        Some(arguments @ Value::Object(_)) => arguments.clone(),
+        Some(arguments @ Value::Object(_)) => arguments,
         Some(_) => return problem(StatusCode::BAD_REQUEST, "\"arguments\" must be an object"),
     };
     let limits = match server.calls.caps.from_json(request.get("limits")) {
         Ok(limits) => limits,
         Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
     };
-    match server
-        .calls
-        .call(served, tool.to_string(), arguments, limits)
-        .await
-    {
+    match server.calls.call(served, tool, arguments, limits).await {
         Ok(outcome) => response::json(StatusCode::OK, &outcome),
         Err(err @ CallError::UnknownTool { .. }) => {
             problem(StatusCode::NOT_FOUND, &err.to_string())

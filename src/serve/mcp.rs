@@ -323,7 +323,7 @@ fn answer(calls: &Arc<Calls>, served: Arc<Served>, request: Request) -> Dispatch
         "server/discover" => discover(&served),
         "ping" => json!({}),
         "tools/list" => cacheable(json!({"tools": served.stored.tools})),
-        "tools/call" => return tools_call(calls, served, id, stateless, &params),
+        "tools/call" => return tools_call(calls, served, id, stateless, params),
         other => {
             let text = format!("method {other:?} is not offered");
             return Dispatch::Answer(error(&id, code::METHOD_NOT_FOUND, &text));
@@ -381,18 +381,19 @@ fn tools_call(
     served: Arc<Served>,
     id: Id,
     stateless: bool,
-    params: &Map<String, Value>,
+    mut params: Map<String, Value>,
 ) -> Dispatch {
-    let Some(tool) = params.get("name").and_then(Value::as_str) else {
+    // Taken out of the request, not copied: it is the request's one part of any size.
+    let Some(Value::String(tool)) = params.remove("name") else {
         return Dispatch::Answer(error(
             &id,
             code::INVALID_PARAMS,
             "tools/call needs a string \"name\"",
         ));
     };
-    let arguments = match params.get("arguments") {
+    let arguments = match params.remove("arguments") {
         None | Some(Value::Null) => json!({}),
-        Some(arguments @ Value::Object(_)) => arguments.clone(),
+        Some(arguments @ Value::Object(_)) => arguments,
         Some(_) => {
             return Dispatch::Answer(error(
                 &id,
@@ -401,7 +402,7 @@ fn tools_call(
             ))
         }
     };
-    match calls.submit(served, tool.to_string(), arguments, calls.caps.defaults()) {
+    match calls.submit(served, tool, arguments, calls.caps.defaults()) {
         Ok(receiver) => Dispatch::Pending(Pending {
             id,
             stateless,

@@ -123,6 +123,22 @@ fn a_crash_is_an_outcome_and_unknown_names_are_404() {
         &json!({"tool": "greet", "limits": {"timeout_ms": 0}}),
     );
     assert_eq!(bad_limits.status, 400);
+    for (body, named) in [
+        (json!({"arguments": {"name": "x"}}), "\"tool\""),
+        (json!({"tool": 7}), "\"tool\""),
+        (
+            json!({"tool": "greet", "arguments": ["x"]}),
+            "\"arguments\"",
+        ),
+    ] {
+        let refused = server.post_json("/v1/packages/greet/call", &body);
+        assert_eq!(refused.status, 400, "{body}");
+        assert!(
+            refused.json()["error"].as_str().unwrap().contains(named),
+            "{body}: {}",
+            refused.text()
+        );
+    }
 
     let metrics = server.get("/metrics");
     assert_eq!(metrics.status, 200);
@@ -140,6 +156,23 @@ fn a_crash_is_an_outcome_and_unknown_names_are_404() {
         "{text}"
     );
     assert_eq!(server.get("/healthz").text(), "ok\n");
+}
+
+#[test]
+fn absent_or_null_arguments_reach_the_guest_as_the_empty_object() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &[]);
+    for body in [
+        json!({"tool": "greet"}),
+        json!({"tool": "greet", "arguments": null}),
+    ] {
+        let called = server.post_json("/v1/packages/greet/call", &body);
+        assert_eq!(called.status, 200, "{body}: {}", called.text());
+        // greet's own answer to an object without a name.
+        let result = &called.json()["result"];
+        assert_eq!(result["isError"], true, "{body}: {}", called.text());
+        assert_eq!(result["content"][0]["text"], "name is required", "{body}");
+    }
 }
 
 #[test]

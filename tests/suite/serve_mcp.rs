@@ -116,6 +116,18 @@ fn a_crash_reaches_the_agent_as_an_error_result_with_stderr() {
         )
         .json();
     assert_eq!(unknown["error"]["code"], -32602);
+    for (params, named) in [
+        (json!({"arguments": {}}), "\"name\""),
+        (json!({"name": 7}), "\"name\""),
+        (json!({"name": "greet", "arguments": "x"}), "\"arguments\""),
+    ] {
+        let refused = server
+            .post_json("/mcp/fixture", &rpc(11, "tools/call", params.clone()))
+            .json();
+        assert_eq!(refused["error"]["code"], -32602, "{params}");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.contains(named), "{params}: {message}");
+    }
 }
 
 #[test]
