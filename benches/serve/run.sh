@@ -4,11 +4,18 @@
 # threads), `GET /healthz` under wrk (HTTP alone), and wrk on the two ways to call a tool: the
 # operator API (POST /v1/packages/NAME/call) and MCP Streamable HTTP (POST /mcp/NAME). A server
 # whose only costs were HTTP and the call would reach the composed ceiling
-# 1 / (1/in-process + 1/healthz); each endpoint's calls/s is printed with its share of it, with
-# wrk's p50/p99 and the server's outcome counters.
+# 1 / (1/in-process + 1/healthz).
 #
-#   [HAKO=BINARY] [SERVE_ARGS="--ready-instances 0 …"] benches/serve/run.sh [DURATION_S]
-#       [CONNECTIONS] [WRK_THREADS] [-- PACKAGE_DIR...]
+# The three endpoints are measured in ROUNDS interleaved rounds (healthz, API, MCP, then again),
+# so that a slow spell of a shared machine falls on all three; each round's call rates are
+# divided by that round's ceiling, and the medians over the rounds are printed, with wrk's p50
+# and p99 of the median round. Beside the rates, the server's CPU time per request (user +
+# system, from /proc) is printed for each endpoint: what a call costs the server over what a
+# /healthz request does, against what the call costs in process (threads / calls/s), is what
+# serving adds, and moves far less than a rate with the load of the machine.
+#
+#   [HAKO=BINARY] [SERVE_ARGS="--ready-instances 0 …"] [ROUNDS=5] benches/serve/run.sh
+#       [SECONDS_PER_ROUND] [CONNECTIONS] [WRK_THREADS] [-- PACKAGE_DIR...]
 #
 # SERVE_ARGS are given to hako serve after its own flags (to compare its settings).
 #
@@ -19,7 +26,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-duration="${1:-10}"
+duration="${1:-4}"
+rounds="${ROUNDS:-5}"
 connections="${2:-32}"
 threads="${3:-1}"
 shift $(( $# < 3 ? $# : 3 ))
@@ -42,20 +50,35 @@ log="$(mktemp)"
 cleanup() { [[ -n "${server:-}" ]] && kill "$server" 2>/dev/null; wait 2>/dev/null; rm -rf "$store" "$log"; }
 trap cleanup EXIT
 
-# wrk's requests/s, p50 and p99, and non-2xx count for one endpoint, as one line of four fields.
+# wrk's requests/s, p50 and p99, non-2xx count, and the server's CPU µs per request for one
+# endpoint, as one line of five fields.
 measure() {
-  local path="$1" body="$2" out
+  local path="$1" body="$2" out before after
+  before="$(cpu_ticks)"
   if [[ -n "$body" ]]; then
     out="$(BODY="$body" wrk -t"$threads" -c"$connections" -d"${duration}s" --latency -s benches/serve/post.lua "$base$path")"
   else
     out="$(wrk -t"$threads" -c"$connections" -d"${duration}s" --latency "$base$path")"
   fi
-  awk '/^Requests\/sec:/ {rps=$2} $1 == "50%" {p50=$2} $1 == "99%" {p99=$2}
+  after="$(cpu_ticks)"
+  awk -v ticks="$((after - before))" -v hz="$(getconf CLK_TCK)" '
+       /^Requests\/sec:/ {rps=$2} $1 == "50%" {p50=$2} $1 == "99%" {p99=$2}
+       /requests in/ {n=$1}
        /Non-2xx or 3xx responses:/ {bad=$5}
-       END {printf "%s %s %s %s\n", rps, p50, p99, (bad == "" ? 0 : bad)}' <<<"$out"
+       END {printf "%s %s %s %s %.2f\n", rps, p50, p99, (bad == "" ? 0 : bad), ticks / hz * 1e6 / n}' <<<"$out"
 }
 
-echo "machine: $(nproc) cores, $(uname -srm); hako serve --workers $workers ${SERVE_ARGS:+$SERVE_ARGS }(wasmer, cranelift); wrk -t$threads -c$connections -d${duration}s on the same cores"
+# The server's CPU time so far (user + system), in clock ticks.
+cpu_ticks() {
+  awk '{print $14 + $15}' "/proc/$server/stat"
+}
+
+# The median of the numbers given one per line.
+median() {
+  sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'
+}
+
+echo "machine: $(nproc) cores, $(uname -srm); hako serve --workers $workers ${SERVE_ARGS:+$SERVE_ARGS }(wasmer, cranelift); wrk -t$threads -c$connections on the same cores, $rounds rounds of ${duration}s per endpoint"
 for package in "${packages[@]}"; do
   [[ -f "$package/module.wasm" ]] || { echo "$package has no module.wasm (benches/packages/build.sh builds the corpus)" >&2; exit 1; }
   name="$(jq -r .name "$package/subako-package.json")"
@@ -83,19 +106,40 @@ for package in "${packages[@]}"; do
   curl -sf -X POST -H 'content-type: application/json' -d "$api_body" "$base/v1/packages/$name/call" >/dev/null
   BODY="$api_body" wrk -t"$threads" -c"$connections" -d2s -s benches/serve/post.lua "$base/v1/packages/$name/call" >/dev/null
 
-  read -r health_rps health_p50 health_p99 health_bad < <(measure /healthz "")
-  ceiling="$(awk -v a="$inproc" -v b="$health_rps" 'BEGIN {printf "%.0f", 1 / (1 / a + 1 / b)}')"
+  rows="$(mktemp)"
+  for round in $(seq "$rounds"); do
+    read -r health_rps health_p50 health_p99 health_bad health_cpu < <(measure /healthz "")
+    echo "$round healthz $health_rps $health_p50 $health_p99 $health_bad $health_cpu 1" >>"$rows"
+    ceiling="$(awk -v a="$inproc" -v b="$health_rps" 'BEGIN {print 1 / (1 / a + 1 / b)}')"
+    for endpoint in "api|/v1/packages/$name/call|$api_body" "mcp|/mcp/$name|$mcp_body"; do
+      IFS='|' read -r label path body <<<"$endpoint"
+      read -r rps p50 p99 bad cpu < <(measure "$path" "$body")
+      echo "$round $label $rps $p50 $p99 $bad $cpu $(awk -v a="$rps" -v c="$ceiling" 'BEGIN {print a / c}')" >>"$rows"
+    done
+  done
+  # Columns of $rows: round, endpoint, rate, p50, p99, non-2xx, CPU µs per request, share.
+  column() { awk -v e="$1" -v c="$2" '$2 == e {print $c}' "$rows" | median; }
+  # The round whose rate is the median's (for its latencies).
+  middle() { awk -v e="$1" '$2 == e' "$rows" | sort -k3,3g | sed -n "$(( (rounds + 1) / 2 ))p"; }
+  inproc_cpu="$(awk -v a="$inproc" -v t="$workers" 'BEGIN {printf "%.2f", t / a * 1e6}')"
+  health_cpu="$(column healthz 7)"
+  health_rps="$(column healthz 3)"
   echo
   echo "$name ($tool $args)"
-  printf '  %-34s %10.0f calls/s\n' "in process (hako bench)" "$inproc"
-  printf '  %-34s %10.0f req/s     p50 %8s   p99 %8s   non-2xx %s\n' "GET /healthz" "$health_rps" "$health_p50" "$health_p99" "$health_bad"
-  printf '  %-34s %10s calls/s\n' "composed ceiling" "$ceiling"
-  for endpoint in "/v1/packages/$name/call|$api_body" "/mcp/$name|$mcp_body"; do
-    path="${endpoint%%|*}"
-    read -r rps p50 p99 bad < <(measure "$path" "${endpoint#*|}")
-    printf '  %-34s %10.0f calls/s   p50 %8s   p99 %8s   non-2xx %s   %.2f of the ceiling\n' \
-      "POST $path" "$rps" "$p50" "$p99" "$bad" "$(awk -v a="$rps" -v c="$ceiling" 'BEGIN {print a / c}')"
+  printf '  %-30s %10.0f calls/s                                   CPU %6.2f µs/call (threads / calls/s)\n' "in process (hako bench)" "$inproc" "$inproc_cpu"
+  printf '  %-30s %10.0f req/s     p50 %8s   p99 %8s   CPU %6.2f µs/req\n' "GET /healthz" "$health_rps" "$(middle healthz | cut -d' ' -f4)" "$(middle healthz | cut -d' ' -f5)" "$health_cpu"
+  printf '  %-30s %10.0f calls/s\n' "composed ceiling" "$(awk -v a="$inproc" -v b="$health_rps" 'BEGIN {print 1 / (1 / a + 1 / b)}')"
+  for endpoint in "api|POST /v1/packages/$name/call" "mcp|POST /mcp/$name"; do
+    label="${endpoint%%|*}"
+    cpu="$(column "$label" 7)"
+    read -r _ _ _ p50 p99 _ _ _ < <(middle "$label")
+    printf '  %-30s %10.0f calls/s   p50 %8s   p99 %8s   CPU %6.2f µs/call, %5.2f over HTTP and the call   %.2f of the ceiling (median of %s rounds)\n' \
+      "${endpoint#*|}" "$(column "$label" 3)" "$p50" "$p99" "$cpu" \
+      "$(awk -v c="$cpu" -v h="$health_cpu" -v i="$inproc_cpu" 'BEGIN {print c - h - i}')" \
+      "$(column "$label" 8)" "$rounds"
   done
+  echo "  non-2xx answers: $(awk '{n += $6} END {print n}' "$rows")"
+  rm -f "$rows"
   curl -sf "$base/metrics" | grep -E '^hako_calls_(total|rejected_total|ready_total)' | sed 's/^/  /' || true
   kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true
   server=
