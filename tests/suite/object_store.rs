@@ -109,6 +109,44 @@ fn a_package_uploaded_to_a_bucket_is_called_from_an_empty_cache() {
 }
 
 #[test]
+fn a_store_restarted_while_another_process_holds_one_of_its_ports_comes_back_with_its_data() {
+    let mut seaweed = Seaweed::start();
+    let uploader = tempfile::tempdir().unwrap();
+    let summary = upload_json(
+        &seaweed,
+        "one",
+        uploader.path(),
+        &support::greet_package_dir(),
+    );
+    assert_eq!(summary["stored"], true, "{summary}");
+    seaweed.stop();
+    // What an outgoing connection of the machine may do while it is down: take a port of its.
+    let endpoint = seaweed.endpoint();
+    let taken = seaweed
+        .ports()
+        .iter()
+        .find(|port| !endpoint.ends_with(&format!(":{port}")))
+        .copied()
+        .unwrap();
+    let _holder = std::net::TcpListener::bind(("127.0.0.1", taken)).unwrap();
+    seaweed.restart();
+    assert_eq!(
+        seaweed.endpoint(),
+        endpoint,
+        "the clients' endpoint is kept"
+    );
+    assert!(!seaweed.ports().contains(&taken));
+    let node = tempfile::tempdir().unwrap();
+    let out = succeeded(&hako(
+        &seaweed,
+        "one",
+        node.path(),
+        &["call", "greet", "greet", GREET_ARGS],
+    ));
+    assert!(out.contains("Hello"), "{out}");
+}
+
+#[test]
 fn a_new_version_in_the_bucket_is_what_a_node_with_the_old_one_calls_next() {
     let seaweed = Seaweed::start();
     let (uploader, node) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());

@@ -50,6 +50,9 @@ pub struct Seaweed {
     log: PathBuf,
 }
 
+/// Which of the ports given to weed ([`Seaweed::spawn`]'s flags) is the S3 endpoint's.
+const S3_PORT: usize = 6;
+
 /// Free loopback ports, taken together so that none is handed out twice.
 fn free_ports(count: usize) -> Vec<u16> {
     // One test at a time picks ports, so that two starts do not race for the same ones.
@@ -79,7 +82,7 @@ impl Seaweed {
             let child = Self::spawn(data.path(), &ports, &log);
             let mut seaweed = Seaweed {
                 child,
-                s3_port: ports[6],
+                s3_port: ports[S3_PORT],
                 ports,
                 data,
                 log,
@@ -99,12 +102,32 @@ impl Seaweed {
         let _ = self.child.wait();
     }
 
-    /// Starts it again on the same ports and data, and waits until it serves the bucket.
+    /// Starts it again on the same data and S3 port (the endpoint its clients were given), and
+    /// waits until it serves the bucket.
+    ///
+    /// While it was down, any outgoing connection on the machine may have taken one of its
+    /// ports; when weed cannot bind one, its other ports are picked afresh (what its data holds
+    /// does not name them), and it is tried again, a few times, after a pause that lets a
+    /// connection holding the S3 port end.
     pub fn restart(&mut self) {
         self.stop();
-        std::fs::write(&self.log, "").unwrap();
-        self.child = Self::spawn(self.data.path(), &self.ports, &self.log);
-        self.wait_ready();
+        for attempt in 1.. {
+            std::fs::write(&self.log, "").unwrap();
+            self.child = Self::spawn(self.data.path(), &self.ports, &self.log);
+            match self.try_ready() {
+                Ok(()) => return,
+                Err(why) if attempt < 5 && why.contains("address already in use") => {
+                    self.stop();
+                    std::thread::sleep(Duration::from_millis(500));
+                    let mut ports = free_ports(self.ports.len() + 1);
+                    ports.retain(|&port| port != self.s3_port);
+                    ports.truncate(self.ports.len());
+                    ports[S3_PORT] = self.s3_port;
+                    self.ports = ports;
+                }
+                Err(why) => panic!("{why}"),
+            }
+        }
     }
 
     fn spawn(dir: &Path, ports: &[u16], log: &Path) -> Child {
@@ -152,21 +175,16 @@ impl Seaweed {
     }
 
     /// Waits for the line saying every component is ready, then for the bucket to answer a
-    /// signed request.
-    fn wait_ready(&mut self) {
-        if let Err(why) = self.try_ready() {
-            panic!("{why}");
-        }
-    }
-
-    /// [`Seaweed::wait_ready`], saying why weed exited instead of panicking on it.
+    /// signed request; or says why weed exited.
     fn try_ready(&mut self) -> Result<(), String> {
         let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 let stderr = self.log.parent().unwrap().join("weed.err");
-                let bind = std::fs::read_to_string(stderr)
-                    .is_ok_and(|text| text.contains("address already in use"));
+                // A port taken before weed checked it, or after, as it bound it.
+                let bind = std::fs::read_to_string(stderr).is_ok_and(|text| {
+                    text.contains("address already in use") || text.contains("is not available")
+                });
                 let cause = if bind {
                     " (address already in use)"
                 } else {
@@ -217,6 +235,11 @@ impl Seaweed {
     }
 
     /// The S3 endpoint.
+    /// Every port weed listens on, the S3 endpoint's among them.
+    pub fn ports(&self) -> &[u16] {
+        &self.ports
+    }
+
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.s3_port)
     }
