@@ -22,7 +22,7 @@ pub enum RequestId {
 
 impl RequestId {
     /// A fresh string id, `<prefix>-<16 hex digits>`: no two made by one process are the
-    /// same ([`fresh_bits`]), and they do not look consecutive.
+    /// same (see `fresh_bits`), and they do not look consecutive.
     pub fn fresh(prefix: &str) -> Self {
         RequestId::Str(format!("{prefix}-{:016x}", fresh_bits()))
     }
