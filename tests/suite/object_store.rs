@@ -72,6 +72,18 @@ fn greet_version(version: &str) -> tempfile::TempDir {
 
 const GREET_ARGS: &str = r#"{"name":"bucket"}"#;
 
+/// greet called by a node whose cache starts empty: its cache folder, and what it printed.
+fn greet_from_an_empty_cache(seaweed: &Seaweed, prefix: &str) -> (tempfile::TempDir, String) {
+    let node = tempfile::tempdir().unwrap();
+    let out = succeeded(&hako(
+        seaweed,
+        prefix,
+        node.path(),
+        &["call", "greet", "greet", GREET_ARGS],
+    ));
+    (node, out)
+}
+
 #[test]
 fn a_package_uploaded_to_a_bucket_is_called_from_an_empty_cache() {
     let seaweed = Seaweed::start();
@@ -80,13 +92,7 @@ fn a_package_uploaded_to_a_bucket_is_called_from_an_empty_cache() {
     let summary = upload_json(&seaweed, "one", uploader.path(), &greet);
     assert_eq!(summary["stored"], true, "{summary}");
 
-    let node = tempfile::tempdir().unwrap();
-    let out = succeeded(&hako(
-        &seaweed,
-        "one",
-        node.path(),
-        &["call", "greet", "greet", GREET_ARGS],
-    ));
+    let (node, out) = greet_from_an_empty_cache(&seaweed, "one");
     assert!(out.contains("bucket"), "{out}");
     // The node's cache now holds the version, checked and compiled there.
     assert!(node.path().join("packages/greet/current").is_file());
@@ -125,8 +131,8 @@ fn a_store_restarted_while_another_process_holds_one_of_its_ports_comes_back_wit
     let taken = seaweed
         .ports()
         .iter()
-        .find(|port| !endpoint.ends_with(&format!(":{port}")))
         .copied()
+        .find(|&port| port != seaweed.s3_port())
         .unwrap();
     let _holder = std::net::TcpListener::bind(("127.0.0.1", taken)).unwrap();
     seaweed.restart();
@@ -136,13 +142,7 @@ fn a_store_restarted_while_another_process_holds_one_of_its_ports_comes_back_wit
         "the clients' endpoint is kept"
     );
     assert!(!seaweed.ports().contains(&taken));
-    let node = tempfile::tempdir().unwrap();
-    let out = succeeded(&hako(
-        &seaweed,
-        "one",
-        node.path(),
-        &["call", "greet", "greet", GREET_ARGS],
-    ));
+    let (_node, out) = greet_from_an_empty_cache(&seaweed, "one");
     assert!(out.contains("Hello"), "{out}");
 }
 

@@ -240,6 +240,11 @@ impl Seaweed {
         &self.ports
     }
 
+    /// The S3 endpoint's port, kept across restarts.
+    pub fn s3_port(&self) -> u16 {
+        self.s3_port
+    }
+
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.s3_port)
     }
