@@ -2,7 +2,8 @@
 //! with the module already in memory and with its artifact loaded (verified and deserialized)
 //! from disk each time, for every engine configuration of this build side by side (wasmer with
 //! each compiler, and wasmtime); the instantiation a call made ahead of no longer waits for;
-//! and the artifact load alone. With `--features baselines` (or
+//! the call from disk in its parts (the first call on a module just loaded, the second, the
+//! drop); and the artifact load alone. With `--features baselines` (or
 //! one of `wasmtime-wasi`, `wasmer-wasix`) the comparison baselines get rows too, called through
 //! `hako::bench`'s subjects so that their answers are read with hako's codec like everyone
 //! else's.
@@ -12,7 +13,7 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
 use hako::bench::subject::{Ready, Subject};
 use hako::bench::Workload;
 use hako::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest};
@@ -140,6 +141,41 @@ fn cold_start(c: &mut Criterion) {
         });
     }
     from_disk.finish();
+
+    // The call from disk in its parts: the first call on a module just loaded (its load
+    // untimed), the second, and the drop of a module that has been called once.
+    let mut parts = c.benchmark_group("from_disk_parts");
+    for &config in &configs {
+        let engine = engines::engine(config, None).expect("the engine builds");
+        let key = ArtifactKey::new(&sha, engine.identity());
+        let load = || {
+            store
+                .artifacts()
+                .load(&key, engine.as_ref())
+                .expect("the artifact loads")
+                .expect("the artifact exists")
+        };
+        let called_once = || {
+            let module = load();
+            greet(&module, &network);
+            module
+        };
+        let call = |module: Arc<dyn Module>| {
+            greet(&module, &network);
+            module
+        };
+        let name = format!("{}-{}", config.kind().name(), config.compiler().name());
+        parts.bench_function(BenchmarkId::new("first_call", &name), |b| {
+            b.iter_batched(load, call, BatchSize::SmallInput)
+        });
+        parts.bench_function(BenchmarkId::new("second_call", &name), |b| {
+            b.iter_batched(called_once, call, BatchSize::SmallInput)
+        });
+        parts.bench_function(BenchmarkId::new("drop_after_a_call", &name), |b| {
+            b.iter_batched(called_once, drop, BatchSize::SmallInput)
+        });
+    }
+    parts.finish();
 
     let mut load_only = c.benchmark_group("artifact_load");
     for &config in &configs {

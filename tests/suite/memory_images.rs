@@ -64,6 +64,29 @@ fn a_call_never_sees_what_an_earlier_call_wrote_into_its_data_section() {
     }
 }
 
+#[test]
+fn a_module_loaded_again_from_its_file_starts_from_its_data_section_as_built() {
+    for config in configs() {
+        let (_dir, store) = fresh_store();
+        load_in(&store, config, fixture_wasm());
+        for round in 0..3 {
+            // Each load is a module of its own; on wasmer it shares the image of the loads
+            // before it that are still alive (the slots kept for the next call hold it), so
+            // this round's call takes memory the last round's call wrote into.
+            let loaded = load_in(&store, config, fixture_wasm());
+            assert_eq!(loaded.source, Source::Artifact, "{config}");
+            for call in 0..2 {
+                let outcome = Call::new("data_scratch").run_module(&loaded.module);
+                assert_eq!(
+                    seen(outcome),
+                    AS_BUILT,
+                    "{config}, load {round}, call {call}"
+                );
+            }
+        }
+    }
+}
+
 /// Runs `wat` on every engine configuration and asserts it crashed with `kind`; returns each
 /// configuration's message.
 fn crashes(wat: &str, kind: CrashKind, limit_bytes: Option<u64>) -> Vec<(EngineConfig, String)> {

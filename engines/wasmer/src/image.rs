@@ -19,12 +19,13 @@
 //! What this file does not do: map anything (the pool does) or verify an artifact (the store
 //! does, before [`Image::from_file`] is called).
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::FileExt;
 use std::ptr::NonNull;
-use std::sync::OnceLock;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, OnceLock, Weak};
 
 use hako_engine_api::{MemoryImage, IMAGE_ALIGN};
 use wasmparser::{DataKind, Operator, Parser, Payload};
@@ -238,6 +239,16 @@ fn emptied(
     Ok(out)
 }
 
+/// An image file's device and inode, and the image's offset in it, start and length.
+type ImageKey = (u64, u64, u64, u64, u64);
+
+/// The images loaded from artifact files and still alive, by [`ImageKey`].
+static LIVE: LazyLock<Mutex<HashMap<ImageKey, Weak<Image>>>> = LazyLock::new(Default::default);
+
+fn lock_live() -> MutexGuard<'static, HashMap<ImageKey, Weak<Image>>> {
+    LIVE.lock().unwrap_or_else(|poison| poison.into_inner())
+}
+
 /// A memory image ready to map: `len` bytes of `file` from `offset`, for guest address `start`.
 #[derive(Debug)]
 pub(crate) struct Image {
@@ -298,8 +309,32 @@ impl Image {
 
     /// The image at `offset` of a verified artifact file (a multiple of [`IMAGE_ALIGN`], which
     /// every page size of Linux on x86-64 and aarch64 divides, so it can always be mapped).
-    pub(crate) fn from_file(file: &File, offset: u64, start: u64, len: u64) -> io::Result<Image> {
-        Ok(Self::new(file.try_clone()?, offset, start, len))
+    ///
+    /// A module loaded again from the very file an earlier load's image still lives for (a
+    /// module evicted and called again, while pooled memory slots hold its image) shares that
+    /// image: its memories then take those slots with the image already mapped and its pages
+    /// resident, and map nothing. The same open file (device and inode; an inode is not reused
+    /// while a descriptor holds it) at the same place holds the same bytes, since artifact files
+    /// are replaced by renaming and never written in place.
+    pub(crate) fn from_file(
+        file: &File,
+        offset: u64,
+        start: u64,
+        len: u64,
+    ) -> io::Result<Arc<Image>> {
+        use std::os::unix::fs::MetadataExt;
+        let metadata = file.metadata()?;
+        let key = (metadata.dev(), metadata.ino(), offset, start, len);
+        let mut live = lock_live();
+        if let Some(image) = live.get(&key).and_then(Weak::upgrade) {
+            return Ok(image);
+        }
+        let image = Arc::new(Self::new(file.try_clone()?, offset, start, len));
+        // Entries of images no longer alive go here, so the map holds about as many entries
+        // as there are live images.
+        live.retain(|_, image| image.strong_count() > 0);
+        live.insert(key, Arc::downgrade(&image));
+        Ok(image)
     }
 
     fn new(file: File, offset: u64, start: u64, len: u64) -> Image {
@@ -424,6 +459,39 @@ mod tests {
             plan(&module(r#"(module (memory 1) (data "only passive"))"#)),
             Layout::Nothing
         );
+    }
+
+    #[test]
+    fn loads_of_one_file_share_its_image_while_one_lives_and_no_other_file_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, vec![7u8; 2 * IMAGE_ALIGN as usize]).unwrap();
+            File::open(path).unwrap()
+        };
+        let (first, same_bytes) = (write("first"), write("same-bytes"));
+        let align = IMAGE_ALIGN;
+        let image = Image::from_file(&first, 0, 0, align).unwrap();
+        // The same file opened again is the same inode.
+        let reopened = File::open(dir.path().join("first")).unwrap();
+        assert!(Arc::ptr_eq(
+            &image,
+            &Image::from_file(&reopened, 0, 0, align).unwrap()
+        ));
+        for other in [
+            Image::from_file(&same_bytes, 0, 0, align).unwrap(),
+            Image::from_file(&first, align, 0, align).unwrap(),
+            Image::from_file(&first, 0, align, align).unwrap(),
+            Image::from_file(&first, 0, 0, 2 * align).unwrap(),
+        ] {
+            assert!(!Arc::ptr_eq(&image, &other), "{other:?}");
+        }
+        let weak = Arc::downgrade(&image);
+        drop(image);
+        // Once no load holds it, the next load of the file makes an image of its own.
+        let again = Image::from_file(&first, 0, 0, align).unwrap();
+        assert!(weak.upgrade().is_none());
+        assert_eq!(again.bytes().unwrap(), &[7u8; IMAGE_ALIGN as usize][..]);
     }
 
     #[test]

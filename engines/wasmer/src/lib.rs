@@ -362,7 +362,7 @@ impl Engine for WasmerEngine {
             module,
             true,
             &self.identity.triple,
-            image.map(Arc::new),
+            image,
             memory_init,
         )))
     }

@@ -24,7 +24,8 @@
 //! the image's span, so that instantiation copies nothing and only the pages a guest touches
 //! are faulted in (reads share the file's pages; a write copies one page). A slot keeps its
 //! image when released, and the next memory of the same module takes such a slot first and
-//! maps nothing. A memory of another module (or none) gets a slot whose image is replaced by
+//! maps nothing; so does a module loaded again from the same artifact file while such slots
+//! are idle, since it shares the image ([`Image::from_file`]). A memory of another module (or none) gets a slot whose image is replaced by
 //! mapping.
 //!
 //! Putting pages back in place rather than dropping them is what keeps a short call cheap,
