@@ -143,11 +143,32 @@ fn cold_start(c: &mut Criterion) {
     from_disk.finish();
 
     // The call from disk in its parts: the first call on a module just loaded (its load
-    // untimed), the second, and the drop of a module that has been called once.
+    // untimed) from the file the last one was loaded from, or from another file, the second
+    // call, and the drop of a module that has been called once. One module at a time, each
+    // dropped before the next is loaded.
     let mut parts = c.benchmark_group("from_disk_parts");
+    // A second store with the same artifacts in files of their own: a module loaded from one
+    // store's file, then the other's, is each time loaded from a file whose last load is gone.
+    let other_dir = tempfile::tempdir().expect("a temp dir");
+    let other = Store::open(other_dir.path()).expect("the store opens");
     for &config in &configs {
         let engine = engines::engine(config, None).expect("the engine builds");
         let key = ArtifactKey::new(&sha, engine.identity());
+        let module = engine.compile(&wasm).expect("greet compiles");
+        other
+            .artifacts()
+            .write(&key, module.as_ref())
+            .expect("the artifact is written");
+        let turn = std::cell::Cell::new(false);
+        let load_in_turn = || {
+            turn.set(!turn.get());
+            let store = if turn.get() { &store } else { &other };
+            store
+                .artifacts()
+                .load(&key, engine.as_ref())
+                .expect("the artifact loads")
+                .expect("the artifact exists")
+        };
         let load = || {
             store
                 .artifacts()
@@ -166,13 +187,16 @@ fn cold_start(c: &mut Criterion) {
         };
         let name = format!("{}-{}", config.kind().name(), config.compiler().name());
         parts.bench_function(BenchmarkId::new("first_call", &name), |b| {
-            b.iter_batched(load, call, BatchSize::SmallInput)
+            b.iter_batched(load, call, BatchSize::PerIteration)
+        });
+        parts.bench_function(BenchmarkId::new("first_call_other_file", &name), |b| {
+            b.iter_batched(load_in_turn, call, BatchSize::PerIteration)
         });
         parts.bench_function(BenchmarkId::new("second_call", &name), |b| {
-            b.iter_batched(called_once, call, BatchSize::SmallInput)
+            b.iter_batched(called_once, call, BatchSize::PerIteration)
         });
         parts.bench_function(BenchmarkId::new("drop_after_a_call", &name), |b| {
-            b.iter_batched(called_once, drop, BatchSize::SmallInput)
+            b.iter_batched(called_once, drop, BatchSize::PerIteration)
         });
     }
     parts.finish();
