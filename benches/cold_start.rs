@@ -20,7 +20,7 @@ use hako::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequ
 use hako::engines::{self, EngineConfig};
 use hako::http::{NoBroker, PackagePolicy};
 use hako::store::{ArtifactKey, Store};
-use hako_engine_api::Module;
+use hako_engine_api::{Engine, Module};
 
 fn greet(module: &Arc<dyn Module>, network: &Network) {
     let outcome = call::call_tool(
@@ -41,6 +41,15 @@ fn greet(module: &Arc<dyn Module>, network: &Network) {
         "{outcome:?}"
     );
     black_box(outcome);
+}
+
+/// The module of `key`'s artifact in `store`, loaded (verified and deserialized) by `engine`.
+fn load(store: &Store, key: &ArtifactKey, engine: &dyn Engine) -> Arc<dyn Module> {
+    store
+        .artifacts()
+        .load(key, engine)
+        .expect("the artifact loads")
+        .expect("the artifact exists")
 }
 
 fn cold_start(c: &mut Criterion) {
@@ -109,27 +118,25 @@ fn cold_start(c: &mut Criterion) {
     }
     instantiate.finish();
 
+    // A second store with the same artifacts in files of their own (for `from_disk_parts`): a
+    // module loaded from one store's file, then the other's, is each time loaded from a file
+    // whose last load is gone.
+    let other_dir = tempfile::tempdir().expect("a temp dir");
+    let other = Store::open(other_dir.path()).expect("the store opens");
     let mut from_disk = c.benchmark_group("call_from_disk");
     for &config in &configs {
         let engine = engines::engine(config, None).expect("the engine builds");
         let key = ArtifactKey::new(&sha, engine.identity());
         let module = engine.compile(&wasm).expect("greet compiles");
-        store
-            .artifacts()
-            .write(&key, module.as_ref())
-            .expect("the artifact is written");
+        for store in [&store, &other] {
+            store
+                .artifacts()
+                .write(&key, module.as_ref())
+                .expect("the artifact is written");
+        }
         from_disk.bench_function(
             BenchmarkId::new(config.kind().name(), config.compiler().name()),
-            |b| {
-                b.iter(|| {
-                    let module = store
-                        .artifacts()
-                        .load(&key, engine.as_ref())
-                        .expect("the artifact loads")
-                        .expect("the artifact exists");
-                    greet(&module, &network)
-                })
-            },
+            |b| b.iter(|| greet(&load(&store, &key, engine.as_ref()), &network)),
         );
     }
     for (subject, _) in &baselines {
@@ -147,37 +154,21 @@ fn cold_start(c: &mut Criterion) {
     // call, and the drop of a module that has been called once. One module at a time, each
     // dropped before the next is loaded.
     let mut parts = c.benchmark_group("from_disk_parts");
-    // A second store with the same artifacts in files of their own: a module loaded from one
-    // store's file, then the other's, is each time loaded from a file whose last load is gone.
-    let other_dir = tempfile::tempdir().expect("a temp dir");
-    let other = Store::open(other_dir.path()).expect("the store opens");
     for &config in &configs {
         let engine = engines::engine(config, None).expect("the engine builds");
         let key = ArtifactKey::new(&sha, engine.identity());
-        let module = engine.compile(&wasm).expect("greet compiles");
-        other
-            .artifacts()
-            .write(&key, module.as_ref())
-            .expect("the artifact is written");
         let turn = std::cell::Cell::new(false);
         let load_in_turn = || {
             turn.set(!turn.get());
-            let store = if turn.get() { &store } else { &other };
-            store
-                .artifacts()
-                .load(&key, engine.as_ref())
-                .expect("the artifact loads")
-                .expect("the artifact exists")
+            load(
+                if turn.get() { &store } else { &other },
+                &key,
+                engine.as_ref(),
+            )
         };
-        let load = || {
-            store
-                .artifacts()
-                .load(&key, engine.as_ref())
-                .expect("the artifact loads")
-                .expect("the artifact exists")
-        };
+        let load_same = || load(&store, &key, engine.as_ref());
         let called_once = || {
-            let module = load();
+            let module = load_same();
             greet(&module, &network);
             module
         };
@@ -187,7 +178,7 @@ fn cold_start(c: &mut Criterion) {
         };
         let name = format!("{}-{}", config.kind().name(), config.compiler().name());
         parts.bench_function(BenchmarkId::new("first_call", &name), |b| {
-            b.iter_batched(load, call, BatchSize::PerIteration)
+            b.iter_batched(load_same, call, BatchSize::PerIteration)
         });
         parts.bench_function(BenchmarkId::new("first_call_other_file", &name), |b| {
             b.iter_batched(load_in_turn, call, BatchSize::PerIteration)
@@ -207,17 +198,7 @@ fn cold_start(c: &mut Criterion) {
         let key = ArtifactKey::new(&sha, engine.identity());
         load_only.bench_function(
             BenchmarkId::new(config.kind().name(), config.compiler().name()),
-            |b| {
-                b.iter(|| {
-                    black_box(
-                        store
-                            .artifacts()
-                            .load(&key, engine.as_ref())
-                            .expect("the artifact loads")
-                            .expect("the artifact exists"),
-                    )
-                })
-            },
+            |b| b.iter(|| black_box(load(&store, &key, engine.as_ref()))),
         );
     }
     for (subject, _) in &baselines {

@@ -25,8 +25,9 @@
 //! are faulted in (reads share the file's pages; a write copies one page). A slot keeps its
 //! image when released, and the next memory of the same module takes such a slot first and
 //! maps nothing; so does a module loaded again from the same artifact file while such slots
-//! are idle, since it shares the image ([`Image::from_file`]). A memory of another module (or none) gets a slot whose image is replaced by
-//! mapping.
+//! are idle, since it shares the image ([`Image::from_file`]). A memory of another module
+//! takes a new slot while the pool has room, and only then one whose image is replaced by
+//! mapping ([`choose`]).
 //!
 //! Putting pages back in place rather than dropping them is what keeps a short call cheap,
 //! and calls on several threads from slowing each other: dropping mapped pages, and the first
@@ -563,7 +564,7 @@ fn take_slot(image: Option<&Arc<Image>>) -> io::Result<Slot> {
 /// A new slot costs one reservation; mapping an image over another slot's resident pages, or
 /// over another image, unmaps pages inside a mapping, which interrupts every core the process
 /// has run on to flush their TLBs: a greet call on a module just loaded from a file no idle
-/// slot's image came from took 73 µs on a slot that held another module's image and 35 µs on a
+/// slot's image came from took 73 µs on a slot that held another module's image and 40 µs on a
 /// new slot (`cargo bench --bench cold_start -- from_disk_parts`). A slot holding a live
 /// module's image is taken last: taking it would make that module, the next time it is called,
 /// map its image again and fault its pages in anew, and two modules called in turn would each
@@ -604,13 +605,7 @@ fn give_back(pool: &Mutex<Idle>, mut slot: Slot) {
     if slot.reset().is_err() {
         return; // unmapped by its drop, never reused
     }
-    let over = {
-        let idle = lock(pool);
-        if idle.slots.len() >= MAX_IDLE && unused_image(&idle.slots).is_none() {
-            return;
-        }
-        idle.kept + slot.kept > IDLE_KEPT
-    };
+    let over = lock(pool).kept + slot.kept > IDLE_KEPT;
     // Dropped outside the lock: other threads take and release slots meanwhile.
     if over && slot.drop_all().is_err() {
         return;
