@@ -175,22 +175,25 @@ impl Seaweed {
     }
 
     /// Waits for the line saying every component is ready, then for the bucket to answer a
-    /// signed request; or says why weed exited.
+    /// signed request; or says why weed exited, or stops it when one of its components could
+    /// not bind its port (weed then runs on without it, and never says it is ready).
     fn try_ready(&mut self) -> Result<(), String> {
         let started = Instant::now();
         loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                let stderr = self.log.parent().unwrap().join("weed.err");
-                // A port taken before weed checked it, or after, as it bound it.
-                let bind = std::fs::read_to_string(stderr).is_ok_and(|text| {
+            // A port taken before weed checked it, or after, as it bound it.
+            let bind = std::fs::read_to_string(self.log.parent().unwrap().join("weed.err"))
+                .is_ok_and(|text| {
                     text.contains("address already in use") || text.contains("is not available")
                 });
-                let cause = if bind {
-                    " (address already in use)"
-                } else {
-                    ""
-                };
-                return Err(format!("weed exited with {status}{cause}: {}", self.logs()));
+            if bind {
+                self.stop();
+                return Err(format!(
+                    "weed could not bind a port (address already in use): {}",
+                    self.logs()
+                ));
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Err(format!("weed exited with {status}: {}", self.logs()));
             }
             let ready = std::fs::read_to_string(&self.log)
                 .is_ok_and(|log| log.contains("running and ready"));
