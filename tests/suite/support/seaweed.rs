@@ -180,6 +180,8 @@ impl Seaweed {
     fn try_ready(&mut self) -> Result<(), String> {
         let started = Instant::now();
         loop {
+            // Asked before its error output is read, so that an exit for a port is known as one.
+            let exited = self.child.try_wait().unwrap();
             // A port taken before weed checked it, or after, as it bound it.
             let bind = std::fs::read_to_string(self.log.parent().unwrap().join("weed.err"))
                 .is_ok_and(|text| {
@@ -192,7 +194,7 @@ impl Seaweed {
                     self.logs()
                 ));
             }
-            if let Some(status) = self.child.try_wait().unwrap() {
+            if let Some(status) = exited {
                 return Err(format!("weed exited with {status}: {}", self.logs()));
             }
             let ready = std::fs::read_to_string(&self.log)
