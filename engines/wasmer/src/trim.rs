@@ -16,9 +16,8 @@
 //! headers a load reads, wasmer's module section first ([`arrange_headers`]), since a load looks
 //! it up by name before anything else and then reads every section's name once more: `cargo
 //! bench --bench cold_start -- artifact_load`, greet on cranelift, 111–118 → 96 µs for the
-//! module section first; then 8 section headers instead of 13, in three interleaved rounds of
-//! both builds on an idle machine: 156–161 → 151–154 µs (a `hako call` from disk: 29 → 25
-//! `lseek`s).
+//! module section first; then 8 section headers instead of 13: 0.95× (median of nine
+//! interleaved pairs of both builds, 0.91–0.99×; a `hako call` from disk: 29 → 25 `lseek`s).
 
 use object::build::elf::{Builder, Dynamic, SectionData};
 
