@@ -132,11 +132,12 @@ fn arrange_headers(image: &mut Vec<u8>) -> Result<(), String> {
                 if !keep[index] {
                     continue;
                 }
-                let mut linked = vec![section.sh_link(endian) as usize];
-                if links_info(section, endian) {
-                    linked.push(section.sh_info(endian) as usize);
-                }
-                for target in linked {
+                let info = if links_info(section, endian) {
+                    section.sh_info(endian) as usize
+                } else {
+                    0
+                };
+                for target in [section.sh_link(endian) as usize, info] {
                     if target != 0 && target < count && !keep[target] {
                         keep[target] = true;
                         grew = true;
@@ -175,8 +176,11 @@ fn arrange_headers(image: &mut Vec<u8>) -> Result<(), String> {
         return Ok(());
     };
     let size = size_of::<SectionHeader64<Endianness>>();
+    let table_end = at
+        .checked_add(renumber.len() * size)
+        .ok_or("the section headers lie past the image")?;
     let table = image
-        .get_mut(at..at + renumber.len() * size)
+        .get_mut(at..table_end)
         .ok_or("the section headers lie past the image")?;
     let (headers, _) =
         object::pod::slice_from_bytes_mut::<SectionHeader64<Endianness>>(table, renumber.len())
@@ -194,10 +198,10 @@ fn arrange_headers(image: &mut Vec<u8>) -> Result<(), String> {
     }
     let end = at + order.len() * size;
     // The table is the file's last bytes when the builder wrote it; then the file ends with it.
-    if at + renumber.len() * size == image.len() {
+    if table_end == image.len() {
         image.truncate(end);
     } else {
-        image[end..at + renumber.len() * size].fill(0);
+        image[end..table_end].fill(0);
     }
     let (file_header, _) = object::pod::from_bytes_mut::<FileHeader64<Endianness>>(image)
         .map_err(|()| "the ELF header is misaligned")?;
