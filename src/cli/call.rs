@@ -12,7 +12,7 @@ use super::flags::{EngineArgs, LimitArgs, NetworkArgs};
 use super::{note, Failure, Target};
 use crate::call::{self, CallOutcome, CallStats, Mounts, ToolRequest, VolumeTmp};
 use crate::protocol::ShownBlock;
-use crate::store::{ModuleSpec, Source};
+use crate::store::{ModuleSource, ModuleSpec, Source};
 
 #[derive(Debug, Args)]
 pub struct CallArgs {
@@ -102,7 +102,7 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
             let name = package.manifest.name.clone();
             (
                 name,
-                package.wasm,
+                ModuleSource::Bytes(package.wasm),
                 package.module_sha256,
                 package.uses_simd,
                 assets,
@@ -118,7 +118,8 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
                     names.join(", ")
                 )));
             }
-            let wasm = stored.wasm().map_err(|err| Failure::Host(err.into()))?;
+            // Read only if no artifact serves the call (and then checked against the record).
+            let wasm = ModuleSource::File(stored.module_path());
             let assets = stored.assets();
             (
                 name,
@@ -135,7 +136,7 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
     let loaded = store
         .load_module(
             &ModuleSpec {
-                wasm: &wasm,
+                wasm: wasm.bytes(),
                 module_sha256: &module_sha256,
                 uses_simd,
                 config,

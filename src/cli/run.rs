@@ -19,7 +19,7 @@ use super::flags::{EngineArgs, LimitArgs, NetworkArgs};
 use super::{note, Failure, Target};
 use crate::call::{self, Command, CommandExit, Mount, Streams};
 use crate::package;
-use crate::store::ModuleSpec;
+use crate::store::{ModuleSource, ModuleSpec};
 
 /// The status of a guest that trapped (128 + SIGABRT, as a native program that aborts).
 pub const TRAP: u8 = 134;
@@ -87,7 +87,7 @@ fn parse_env(text: &str) -> Result<String, String> {
 
 /// What to run: the module's bytes and facts, and the name it is known by.
 struct Runnable {
-    wasm: Vec<u8>,
+    wasm: ModuleSource,
     module_sha256: String,
     uses_simd: bool,
     /// `argv[0]`: the module's file name, or the package's name.
@@ -102,7 +102,7 @@ fn runnable(target: &str, store: &crate::store::Store) -> Result<Runnable, Failu
             .file_name()
             .map_or_else(|| target.to_string(), |n| n.to_string_lossy().into_owned());
         return Ok(Runnable {
-            wasm: module.wasm,
+            wasm: ModuleSource::Bytes(module.wasm),
             module_sha256: module.module_sha256,
             uses_simd: module.uses_simd,
             program,
@@ -124,13 +124,13 @@ fn runnable(target: &str, store: &crate::store::Store) -> Result<Runnable, Failu
                 program: package.manifest.name.clone(),
                 module_sha256: package.module_sha256,
                 uses_simd: package.uses_simd,
-                wasm: package.wasm,
+                wasm: ModuleSource::Bytes(package.wasm),
             })
         }
         Target::Stored(name) => {
             let stored = super::stored(store, &name)?;
             Ok(Runnable {
-                wasm: stored.wasm().map_err(|err| Failure::Host(err.into()))?,
+                wasm: ModuleSource::File(stored.module_path()),
                 module_sha256: stored.record.module_sha256,
                 uses_simd: stored.record.uses_simd,
                 program: name,
@@ -168,7 +168,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     let loaded = store
         .load_module(
             &ModuleSpec {
-                wasm: &runnable.wasm,
+                wasm: runnable.wasm.bytes(),
                 module_sha256: &runnable.module_sha256,
                 uses_simd: runnable.uses_simd,
                 config,

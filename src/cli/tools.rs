@@ -6,7 +6,7 @@ use clap::Args;
 use super::{Failure, Target};
 use crate::call;
 use crate::engines::EngineConfig;
-use crate::store::ModuleSpec;
+use crate::store::{ModuleBytes, ModuleSpec};
 
 #[derive(Debug, Args)]
 pub struct ToolsArgs {
@@ -26,7 +26,7 @@ pub fn run(args: ToolsArgs) -> Result<(), Failure> {
             let loaded = store
                 .load_module(
                     &ModuleSpec {
-                        wasm: &package.wasm,
+                        wasm: ModuleBytes::Given(&package.wasm),
                         module_sha256: &package.module_sha256,
                         uses_simd: package.uses_simd,
                         config: EngineConfig::DEFAULT,

@@ -26,7 +26,7 @@ use crate::call::{
 use crate::engines::EngineConfig;
 use crate::http::{Broker, BrokerError, HyperBroker, PackagePolicy, Policy, PolicyError};
 use crate::package::manifest::is_valid_name;
-use crate::store::{ModuleCache, ModuleSpec, Store, StoreError, StoredPackage};
+use crate::store::{ModuleBytes, ModuleCache, ModuleSpec, Store, StoreError, StoredPackage};
 
 /// The broker every call of this server sends `subako_http` requests through, with the
 /// policy's extra CA files: the one place where it is chosen. One broker serves every call, so
@@ -35,11 +35,11 @@ pub fn broker(policy: &Policy) -> Result<Arc<dyn Broker>, BrokerError> {
     Ok(Arc::new(HyperBroker::new(&policy.tls)?))
 }
 
-/// A package as the server serves it: the stored version, its module bytes, its assets folder
-/// and its policy.
+/// A package as the server serves it: the stored version, its module's file (read only to
+/// compile, when no artifact serves the engine), its assets folder and its policy.
 pub struct Served {
     pub stored: StoredPackage,
-    wasm: Vec<u8>,
+    module: PathBuf,
     /// Looked for once: a stored version never changes (a call used to `stat` it).
     assets: Option<PathBuf>,
     policy: Arc<PackagePolicy>,
@@ -176,7 +176,7 @@ impl Calls {
     /// The package `name` as it is offered now. Reads its `current` only when the package is
     /// new here or the kernel said it may have changed ([`CurrentWatch`]), and the version's
     /// records only when the version changed. The reads run without the table's lock, so that
-    /// reading one package's module never holds up a request for another.
+    /// reading one package's records never holds up a request for another.
     pub fn package(&self, name: &str) -> Result<Arc<Served>, CallError> {
         if !is_valid_name(name) {
             return Err(CallError::UnknownPackage(name.to_string()));
@@ -206,12 +206,11 @@ impl Calls {
             Some(held) => held,
             None => {
                 let stored = self.store.get(name)?;
-                let wasm = stored.wasm()?;
                 let policy = Arc::new(self.policy.for_package(name, &[])?);
                 Arc::new(Served {
                     assets: stored.assets(),
+                    module: stored.module_path(),
                     stored,
-                    wasm,
                     policy,
                 })
             }
@@ -310,7 +309,7 @@ impl Calls {
             .store
             .load_module(
                 &ModuleSpec {
-                    wasm: &package.wasm,
+                    wasm: ModuleBytes::File(&package.module),
                     module_sha256: &record.module_sha256,
                     uses_simd: record.uses_simd,
                     config: self.engine,

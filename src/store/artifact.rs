@@ -146,6 +146,12 @@ pub enum ArtifactError {
     },
     #[error("refusing artifact {path}: {reason}")]
     Refused { path: PathBuf, reason: String },
+    #[error("reading the module {path}: {source}")]
+    ReadModule {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(
         "the module's bytes do not match its recorded digest (recorded {recorded}, found \
          {found}): the store was changed outside hako; nothing was compiled"

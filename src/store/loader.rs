@@ -8,7 +8,17 @@
 //! as `hako upload --target TRIPLE` makes them on another machine) when this CPU has every
 //! baseline feature. A build that lacks the compiler (an aarch64 build without LLVM) can only
 //! load, and says so when there is nothing to load.
+//!
+//! The module's bytes are needed only to compile. A stored version's module is therefore named
+//! by its file ([`ModuleBytes::File`]) and read, and checked against the digest its record
+//! holds, only when no artifact serves the call: a fresh `hako call` of an 8 MiB module does not
+//! read and hash 8 MiB to then load the artifact made from it. The artifact is what runs, and it
+//! is verified before it is loaded (see `artifact`); a module file changed after upload is
+//! refused the moment it would be compiled, and is never run under the package's name.
 
+use std::borrow::Cow;
+use std::fs;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -40,9 +50,52 @@ pub struct Loaded {
     pub notes: Vec<String>,
 }
 
+/// A module's bytes, as [`Store::load_module`] is given them.
+#[derive(Debug, Clone, Copy)]
+pub enum ModuleBytes<'a> {
+    /// In memory: a package folder or archive read (and checked) for this command, or a served
+    /// version's module.
+    Given(&'a [u8]),
+    /// A stored version's `module.wasm`, read only to compile.
+    File(&'a Path),
+}
+
+impl<'a> ModuleBytes<'a> {
+    /// The bytes, read from the file if that is where they are.
+    fn read(self) -> Result<Cow<'a, [u8]>, ArtifactError> {
+        match self {
+            ModuleBytes::Given(bytes) => Ok(Cow::Borrowed(bytes)),
+            ModuleBytes::File(path) => {
+                fs::read(path)
+                    .map(Cow::Owned)
+                    .map_err(|source| ArtifactError::ReadModule {
+                        path: path.to_path_buf(),
+                        source,
+                    })
+            }
+        }
+    }
+}
+
+/// [`ModuleBytes`] owned: what a command holds from finding its module to loading it.
+#[derive(Debug)]
+pub enum ModuleSource {
+    Bytes(Vec<u8>),
+    File(PathBuf),
+}
+
+impl ModuleSource {
+    pub fn bytes(&self) -> ModuleBytes<'_> {
+        match self {
+            ModuleSource::Bytes(bytes) => ModuleBytes::Given(bytes),
+            ModuleSource::File(path) => ModuleBytes::File(path),
+        }
+    }
+}
+
 /// What to load.
 pub struct ModuleSpec<'a> {
-    pub wasm: &'a [u8],
+    pub wasm: ModuleBytes<'a>,
     pub module_sha256: &'a str,
     pub uses_simd: bool,
     pub config: EngineConfig,
@@ -87,7 +140,8 @@ impl Store {
             }
             None => {
                 // The artifact is kept under the recorded digest: the code must be that module's.
-                let found = super::sha256_hex(spec.wasm);
+                let wasm = spec.wasm.read()?;
+                let found = super::sha256_hex(&wasm);
                 if found != spec.module_sha256 {
                     return Err(ArtifactError::DigestMismatch {
                         recorded: spec.module_sha256.to_string(),
@@ -95,7 +149,7 @@ impl Store {
                     });
                 }
                 let serialized =
-                    crate::compile::compile(config, None, spec.wasm, self.compile_bounds())?;
+                    crate::compile::compile(config, None, &wasm, self.compile_bounds())?;
                 self.artifacts().write_serialized(&key, serialized)?;
                 let module = self.load_stored(&key, engine.as_ref())?;
                 notes.push(format!(

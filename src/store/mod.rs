@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub use artifact::{ArtifactCache, ArtifactError, ArtifactKey, Origin};
-pub use loader::{Loaded, ModuleSpec, Source};
+pub use loader::{Loaded, ModuleBytes, ModuleSource, ModuleSpec, Source};
 pub use modules::ModuleCache;
 pub use staging::Staging;
 
@@ -155,7 +155,7 @@ impl StoredPackage {
     /// The module's bytes, verified against the digest recorded at upload: a module swapped
     /// in from elsewhere is refused, never run (or compiled) under this package's name.
     pub fn wasm(&self) -> Result<Vec<u8>, StoreError> {
-        let path = self.dir.join("module.wasm");
+        let path = self.module_path();
         let wasm = fs::read(&path).map_err(io("reading", &path))?;
         let found = sha256_hex(&wasm);
         if found != self.record.module_sha256 {
@@ -166,6 +166,12 @@ impl StoredPackage {
             });
         }
         Ok(wasm)
+    }
+
+    /// The module's file, unread: [`ModuleBytes::File`] reads (and verifies) it only to
+    /// compile.
+    pub fn module_path(&self) -> PathBuf {
+        self.dir.join("module.wasm")
     }
 
     /// The assets folder, mounted as `/package`, when the package has one.

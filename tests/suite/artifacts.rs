@@ -181,7 +181,7 @@ fn without_the_llvm_feature_llvm_artifacts_load_but_nothing_compiles_with_it() {
     let err = store
         .load_module(
             &hako::store::ModuleSpec {
-                wasm: &wasm,
+                wasm: hako::store::ModuleBytes::Given(&wasm),
                 module_sha256: &hako::store::sha256_hex(&wasm),
                 uses_simd: false,
                 config: llvm,
@@ -254,7 +254,7 @@ fn a_module_whose_bytes_do_not_match_its_digest_is_never_compiled_under_it() {
     let err = store
         .load_module(
             &hako::store::ModuleSpec {
-                wasm: other,
+                wasm: hako::store::ModuleBytes::Given(other),
                 module_sha256: &hako::store::sha256_hex(&wasm),
                 uses_simd: false,
                 config: CRANELIFT,
@@ -270,9 +270,11 @@ fn a_module_whose_bytes_do_not_match_its_digest_is_never_compiled_under_it() {
 }
 
 #[test]
-fn a_module_swapped_into_a_stored_version_is_refused_and_leaves_no_artifact() {
+fn a_module_swapped_into_a_stored_version_is_never_run_nor_compiled_under_its_name() {
     // Another package's module put in this version's folder would have run under this name,
-    // and its code would have been cached under this package's key for good.
+    // and its code would have been cached under this package's key for good. The module is read
+    // only to compile: while the artifact made at upload is there, that artifact (the uploaded
+    // module's code, verified) is what runs; once there is none, the swapped module is refused.
     let store = tempfile::tempdir().unwrap();
     let fixture = support::fixture_package("fixture", None);
     let greet = support::greet_package_dir();
@@ -284,20 +286,37 @@ fn a_module_swapped_into_a_stored_version_is_refused_and_leaves_no_artifact() {
     let module = versions.join("module.wasm");
     let original = std::fs::read(&module).unwrap();
     std::fs::copy(greet.join("module.wasm"), &module).unwrap();
-    let artifacts_before = std::fs::read_dir(store.path().join("artifacts"))
-        .unwrap()
-        .count();
-    let output = support::run_hako(store.path(), &["call", "fixture", "echo", r#"{"a":1}"#]);
-    assert_eq!(output.status.code(), Some(1), "{output:?}");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("does not match the digest"), "{stderr}");
-    let artifacts_after = std::fs::read_dir(store.path().join("artifacts"))
-        .unwrap()
-        .count();
-    assert_eq!(artifacts_before, artifacts_after);
+    let call = || support::run_hako(store.path(), &["call", "fixture", "echo", r#"{"a":1}"#]);
 
-    std::fs::write(&module, original).unwrap();
-    let output = support::run_hako(store.path(), &["call", "fixture", "echo", r#"{"a":1}"#]);
+    let output = call();
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), r#"{"a":1}"#);
+
+    let artifacts = store.path().join("artifacts");
+    let artifact_files = || {
+        std::fs::read_dir(&artifacts)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "artifact"))
+            .collect::<Vec<_>>()
+    };
+    let made_at_upload = artifact_files();
+    assert!(!made_at_upload.is_empty());
+    for path in made_at_upload {
+        std::fs::remove_file(path).unwrap();
+    }
+    let output = call();
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("do not match its recorded digest"),
+        "{stderr}"
+    );
+    assert_eq!(artifact_files(), Vec::<std::path::PathBuf>::new());
+
+    std::fs::write(&module, original).unwrap();
+    let output = call();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), r#"{"a":1}"#);
+    assert_eq!(artifact_files().len(), 1);
 }

@@ -176,7 +176,7 @@ fn a_module_exporting_a_name_the_checks_reserve_is_not_run_as_if_checked() {
         let sha = hako::store::sha256_hex(&wasm);
         let loaded = store.load_module(
             &hako::store::ModuleSpec {
-                wasm: &wasm,
+                wasm: hako::store::ModuleBytes::Given(&wasm),
                 module_sha256: &sha,
                 uses_simd: false,
                 config,

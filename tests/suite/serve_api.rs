@@ -230,12 +230,19 @@ fn a_host_failure_tells_the_client_a_request_id_and_the_log_its_cause() {
     let log_path = store.path().join("server.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let server = Server::start_logging(store.path(), &[], &[], log);
-    // A stored version whose module has gone: the store's error names its file.
+    // A stored version whose module and artifacts have gone (the module is read only to
+    // compile, when no artifact serves the call): the store's error names the module's file.
     let versions = store.path().join("packages/greet/versions");
     for entry in std::fs::read_dir(&versions).unwrap() {
         let module = entry.unwrap().path().join("module.wasm");
         if module.exists() {
             std::fs::remove_file(module).unwrap();
+        }
+    }
+    for entry in std::fs::read_dir(store.path().join("artifacts")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|ext| ext == "artifact") {
+            std::fs::remove_file(path).unwrap();
         }
     }
     let reply = server.post_json(

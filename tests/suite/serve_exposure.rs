@@ -166,11 +166,13 @@ fn a_bad_allow_host_stops_the_server_before_it_listens() {
 fn no_answer_names_the_store_when_it_cannot_be_read() {
     let store = serve_support::store();
     let server = Server::start(store.path(), &[]);
+    // The version's record gone: the package cannot be read, and the store's error names the
+    // record's file.
     let versions = store.path().join("packages/greet/versions");
     for entry in std::fs::read_dir(&versions).unwrap() {
-        let module = entry.unwrap().path().join("module.wasm");
-        if module.exists() {
-            std::fs::remove_file(module).unwrap();
+        let record = entry.unwrap().path().join("upload.json");
+        if record.exists() {
+            std::fs::remove_file(record).unwrap();
         }
     }
     let store_path = store.path().display().to_string();
@@ -200,7 +202,7 @@ fn no_answer_names_the_store_when_it_cannot_be_read() {
         );
         assert!(text.contains("request id "), "{route}: {text}");
         assert!(
-            !text.contains(&store_path) && !text.contains("module.wasm"),
+            !text.contains(&store_path) && !text.contains("upload.json"),
             "{route}: {text}"
         );
     }

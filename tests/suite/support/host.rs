@@ -35,7 +35,7 @@ pub fn load_in(store: &Store, config: EngineConfig, wasm: &[u8]) -> hako::store:
     store
         .load_module(
             &ModuleSpec {
-                wasm,
+                wasm: hako::store::ModuleBytes::Given(wasm),
                 module_sha256: &sha,
                 uses_simd,
                 config,
