@@ -10,7 +10,7 @@ shell would; the subjects take turns, one process each, for ROUNDS rounds (the o
 every round), so a slow spell of a shared machine falls on all of them. The medians and their
 ratio to the wasmtime CLI are printed, a markdown table per package.
 
-    [HAKO=BINARY] [WASMTIME=BINARY] [ROUNDS=40] benches/fresh/run.py
+    [HAKO=BINARY] [UPLOADER=BINARY] [WASMTIME=BINARY] [ROUNDS=40] benches/fresh/run.py
         [--compilers cranelift,llvm] [--no-hako-wasmtime] [--also LABEL=BINARY]...
         [PACKAGE_DIR...]
 
@@ -19,7 +19,9 @@ rounds, on the same store, to compare two builds.
 
 Packages default to every folder of benches/packages with a module.wasm (build.sh builds
 them). HAKO defaults to `target/release/hako` (or under $CARGO_TARGET_DIR), built as it is;
-`--compilers llvm` needs a build with the `llvm` feature. WASMTIME defaults to `wasmtime` on
+`--compilers llvm` needs a build with the `llvm` feature to upload: UPLOADER names the hako that
+uploads (default: HAKO), so a build without LLVM can be timed running the LLVM code another
+build made, as an operator would run it (see the README's "A fresh process"). WASMTIME defaults to `wasmtime` on
 PATH; `cargo install wasmtime-cli --version 48.0.0 --locked --root DIR` installs the version
 hako's own wasmtime engine is (DIR/bin/wasmtime). The wasmtime CLI runs with its defaults (no
 pooling allocator, copy-on-write memory images from the mapped file), which is how it is run.
@@ -123,19 +125,19 @@ def wasmtime_answer_check(stdout):
         fail(f"the wasmtime CLI's answer is not a result: {line[:300]!r}")
 
 
-def package_subjects(package, hako, wasmtime, compilers, hako_wasmtime, also, work):
+def package_subjects(package, hako, uploader, wasmtime, compilers, hako_wasmtime, also, work):
     manifest = json.loads((package / "subako-package.json").read_text())
     bench = json.loads((package / "bench.json").read_text())
     name, tool, arguments = manifest["name"], bench["tool"], bench.get("args", {})
     store = work / "store"
-    upload = [hako, "upload", package, "--store", store]
+    upload = [uploader, "upload", package, "--store", store]
     for compiler in compilers:
         upload += ["--compiler", compiler]
     checked(upload)
     if hako_wasmtime:
         # A second upload of the same version stores nothing; the first call compiles and
         # keeps the artifact, and the warm-up call below is that call.
-        checked([hako, "upload", package, "--store", store, "--engine", "wasmtime"])
+        checked([uploader, "upload", package, "--store", store, "--engine", "wasmtime"])
 
     cwasm = work / f"{name}.cwasm"
     checked([wasmtime, "compile", package / "module.wasm", "-o", cwasm])
@@ -226,11 +228,19 @@ def main():
             fail("no package of benches/packages is built: run benches/packages/build.sh")
     rounds = int(os.environ.get("ROUNDS", "40"))
     hako, wasmtime = hako_binary(), wasmtime_binary()
+    uploader = Path(os.environ.get("UPLOADER", hako))
     print(checked([wasmtime, "--version"]).stdout.decode().strip())
     for package in packages:
         with tempfile.TemporaryDirectory(prefix="hako-fresh-") as work:
             name, subjects = package_subjects(
-                package.resolve(), hako, wasmtime, compilers, hako_wasmtime, also, Path(work)
+                package.resolve(),
+                hako,
+                uploader,
+                wasmtime,
+                compilers,
+                hako_wasmtime,
+                also,
+                Path(work),
             )
             measure(subjects, rounds)
             report(name, subjects, rounds)
