@@ -300,7 +300,7 @@ fn read_module(root: &Path, problems: &mut Vec<Problem>) -> Result<Option<Vec<u8
     }
 }
 
-enum Limited {
+pub(crate) enum Limited {
     Read(Vec<u8>),
     Missing,
     TooLarge(u64),
@@ -308,7 +308,7 @@ enum Limited {
 
 /// Reads a regular file of at most `limit` bytes. A file that grows while it is read is still
 /// cut at `limit + 1` bytes, so the limit holds whatever the metadata said.
-fn read_limited(path: &Path, limit: u64) -> io::Result<Limited> {
+pub(crate) fn read_limited(path: &Path, limit: u64) -> io::Result<Limited> {
     let metadata = match fs::metadata(path) {
         Ok(metadata) if metadata.is_file() => metadata,
         Ok(_) => return Ok(Limited::Missing),

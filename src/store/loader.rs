@@ -17,7 +17,6 @@
 //! refused the moment it would be compiled, and is never run under the package's name.
 
 use std::borrow::Cow;
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -56,7 +55,8 @@ pub enum ModuleBytes<'a> {
     /// In memory: a package folder or archive read (and checked) for this command, or a served
     /// version's module.
     Given(&'a [u8]),
-    /// A stored version's `module.wasm`, read only to compile.
+    /// A stored version's `module.wasm`, read only to compile, and then only up to the size any
+    /// module may have.
     File(&'a Path),
 }
 
@@ -66,7 +66,7 @@ impl<'a> ModuleBytes<'a> {
         match self {
             ModuleBytes::Given(bytes) => Ok(Cow::Borrowed(bytes)),
             ModuleBytes::File(path) => {
-                fs::read(path)
+                super::read_module_file(path)
                     .map(Cow::Owned)
                     .map_err(|source| ArtifactError::ReadModule {
                         path: path.to_path_buf(),

@@ -320,3 +320,37 @@ fn a_module_swapped_into_a_stored_version_is_never_run_nor_compiled_under_its_na
     assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), r#"{"a":1}"#);
     assert_eq!(artifact_files().len(), 1);
 }
+
+#[test]
+fn a_stored_module_grown_past_the_module_limit_is_refused_before_it_is_read() {
+    // Read only to compile, and then no further than any module may be (64 MiB): a file grown
+    // outside hako is refused by its size, never read whole into memory.
+    let store = tempfile::tempdir().unwrap();
+    let fixture = support::fixture_package("fixture", None);
+    let output = support::run_hako(store.path(), &["upload", support::arg(fixture.path())]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    for entry in std::fs::read_dir(store.path().join("artifacts")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|ext| ext == "artifact") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let module = store
+        .path()
+        .join("packages/fixture/versions/1.0.0/module.wasm");
+    // Sparse: the size is the file's, not the disk's.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&module)
+        .unwrap()
+        .set_len((64 << 20) + 1)
+        .unwrap();
+    let output = support::run_hako(store.path(), &["call", "fixture", "echo", "{}"]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("it is 67108865 bytes; a module is at most 67108864"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("module.wasm"), "{stderr}");
+}
