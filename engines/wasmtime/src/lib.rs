@@ -99,6 +99,10 @@ impl PoolConfig {
             .total_tables(self.slots)
             .total_gc_heaps(self.slots)
             .total_component_instances(0)
+            // No fiber stacks: this engine makes no async calls. wasmtime's default reserves
+            // 1,000 of 2 MiB at the engine's start, each with a guard page of its own
+            // mprotected one by one: 1,000 system calls, a third of a fresh process's call.
+            .total_stacks(0)
             .max_memories_per_module(1)
             .max_tables_per_module(TABLES_PER_MODULE)
             .table_elements(TABLE_ELEMENTS)
