@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use hako_engine_api::{Engine, EngineError};
@@ -263,6 +264,33 @@ pub fn compiling_engine(
     }
 }
 
+/// Instances at once that the wasmtime engines made from now on hold room for; see
+/// [`one_instance_at_a_time`].
+static WASMTIME_SLOTS: AtomicU32 = AtomicU32::new(MANY_INSTANCES);
+
+/// The room of a process that runs many instances at once (`hako serve`, `hako bench`): the
+/// wasmtime engine's default pool.
+const MANY_INSTANCES: u32 = 1000;
+
+/// The room of a process that runs its instances one after another. A command makes one
+/// (discovery, then the call, each dropped before the next); the rest is margin.
+pub const ONE_AT_A_TIME: u32 = 4;
+
+/// Says that this process runs its instances one after another (`hako call`, `run`, `tools`,
+/// `upload`, `check`), before its first engine is made: wasmtime's engine sizes its pool for
+/// [`ONE_AT_A_TIME`] instances instead of 1,000. The pool's setup is per slot (about one
+/// `mprotect` each, and the page tables of its reservation), which cost a fresh process's
+/// call on wasmtime about 1.4 ms of its 4.2. An engine already made keeps its pool; wasmer's
+/// pool reserves nothing up front and is not concerned.
+pub fn one_instance_at_a_time() {
+    WASMTIME_SLOTS.store(ONE_AT_A_TIME, Ordering::Relaxed);
+}
+
+/// Instances at once a wasmtime engine made now holds room for.
+fn wasmtime_slots() -> u32 {
+    WASMTIME_SLOTS.load(Ordering::Relaxed)
+}
+
 #[cfg(not(feature = "wasmtime"))]
 fn wasmtime_engine(
     _target: Option<&str>,
@@ -280,7 +308,10 @@ fn wasmtime_engine(
     let pool = if compiles_only {
         PoolConfig::COMPILE_ONLY
     } else {
-        PoolConfig::DEFAULT
+        PoolConfig {
+            slots: wasmtime_slots(),
+            ..PoolConfig::DEFAULT
+        }
     };
     Ok(Arc::new(WasmtimeEngine::with_pool(target, pool)?))
 }
@@ -356,6 +387,64 @@ mod tests {
         assert_ne!(baseline.identity(), native.identity());
         let same = engine(EngineConfig::DEFAULT, Some(&native.identity().triple)).unwrap();
         assert!(Arc::ptr_eq(&same, &baseline));
+    }
+
+    #[cfg(feature = "wasmtime")]
+    #[test]
+    fn a_process_of_one_instance_at_a_time_gives_wasmtime_a_pool_of_a_few() {
+        use hako_engine_api::{Host, Import, Interrupt, RunExit, Stop, Watchdog};
+
+        struct NoHost;
+        impl Host for NoHost {
+            fn call(&mut self, _: Import, _: &[u64], _: &mut [u8]) -> Result<i32, Stop> {
+                Err(Stop::Abort)
+            }
+            fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+                self
+            }
+        }
+        struct NoDeadline;
+        impl Watchdog for NoDeadline {
+            fn arm(&self, _: Arc<dyn Interrupt>) {}
+        }
+
+        assert_eq!(
+            MANY_INSTANCES,
+            hako_engine_wasmtime::PoolConfig::DEFAULT.slots
+        );
+        assert_eq!(wasmtime_slots(), MANY_INSTANCES);
+        one_instance_at_a_time();
+        let engine = wasmtime_engine(None, false).unwrap();
+        let wasm =
+            wat::parse_str(r#"(module (memory (export "memory") 1) (func (export "_start")))"#)
+                .unwrap();
+        let module = engine.compile(&wasm).unwrap();
+        let limits = crate::call::Limits::CALL.run_limits();
+        let held: Vec<_> = (0..ONE_AT_A_TIME).map(|_| module.prepare(limits)).collect();
+        let exit = module
+            .prepare(limits)
+            .run(Box::new(NoHost), &NoDeadline)
+            .exit;
+        assert!(
+            matches!(&exit, RunExit::Instantiate(m) if m.contains(&format!("all {ONE_AT_A_TIME} slots"))),
+            "{exit:?}"
+        );
+        for prepared in held {
+            assert_eq!(
+                prepared.run(Box::new(NoHost), &NoDeadline).exit,
+                RunExit::Returned
+            );
+        }
+        assert_eq!(
+            module
+                .prepare(limits)
+                .run(Box::new(NoHost), &NoDeadline)
+                .exit,
+            RunExit::Returned
+        );
+        // Engines made later in this process (a test run without a process per test) get the
+        // default again.
+        WASMTIME_SLOTS.store(MANY_INSTANCES, Ordering::Relaxed);
     }
 
     #[test]

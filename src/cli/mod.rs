@@ -104,6 +104,9 @@ pub fn error_line(err: &anyhow::Error) -> String {
 
 /// Runs the command line.
 pub fn run(cli: Cli) -> Result<(), Failure> {
+    if !matches!(cli.command, Command::Serve(_) | Command::Bench(_)) {
+        crate::engines::one_instance_at_a_time();
+    }
     match cli.command {
         Command::Check(args) => check::run(args),
         Command::Upload(args) => upload::run(args),
