@@ -247,7 +247,7 @@ pub fn baseline_engine(
 fn make_engine(config: EngineConfig, target: Option<&str>) -> Result<Arc<dyn Engine>, EngineError> {
     match config.kind {
         EngineKind::Wasmer => Ok(Arc::new(WasmerEngine::new(config.compiler, target)?)),
-        EngineKind::Wasmtime => wasmtime_engine(target, false),
+        EngineKind::Wasmtime => wasmtime_engine(target, wasmtime_slots()),
     }
 }
 
@@ -260,7 +260,8 @@ pub fn compiling_engine(
 ) -> Result<Arc<dyn Engine>, EngineError> {
     match config.kind {
         EngineKind::Wasmer => engine(config, target),
-        EngineKind::Wasmtime => wasmtime_engine(target, true),
+        // No slots: no pool.
+        EngineKind::Wasmtime => wasmtime_engine(target, 0),
     }
 }
 
@@ -278,10 +279,10 @@ pub const ONE_AT_A_TIME: u32 = 4;
 
 /// Says that this process runs its instances one after another (`hako call`, `run`, `tools`,
 /// `upload`, `check`), before its first engine is made: wasmtime's engine sizes its pool for
-/// [`ONE_AT_A_TIME`] instances instead of 1,000. The pool's setup is per slot (about one
-/// `mprotect` each, and the page tables of its reservation), which cost a fresh process's
-/// call on wasmtime about 1.4 ms of its 4.2. An engine already made keeps its pool; wasmer's
-/// pool reserves nothing up front and is not concerned.
+/// [`ONE_AT_A_TIME`] instances instead of 1,000. The pool's setup grows with its slots (the
+/// reservations of their memories and tables, and their bookkeeping): greet's call in a fresh
+/// process on wasmtime took 2.88–2.99 ms with 1,000 slots and 2.74–2.75 ms with 4. An engine
+/// already made keeps its pool; wasmer's pool reserves nothing up front and is not concerned.
 pub fn one_instance_at_a_time() {
     WASMTIME_SLOTS.store(ONE_AT_A_TIME, Ordering::Relaxed);
 }
@@ -292,26 +293,18 @@ fn wasmtime_slots() -> u32 {
 }
 
 #[cfg(not(feature = "wasmtime"))]
-fn wasmtime_engine(
-    _target: Option<&str>,
-    _compiles_only: bool,
-) -> Result<Arc<dyn Engine>, EngineError> {
+fn wasmtime_engine(_target: Option<&str>, _slots: u32) -> Result<Arc<dyn Engine>, EngineError> {
     Err("wasmtime".parse::<EngineKind>().unwrap_err())
 }
 
+/// A wasmtime engine whose pool holds `slots` instances at once (0: no pool, for an engine
+/// that only compiles).
 #[cfg(feature = "wasmtime")]
-fn wasmtime_engine(
-    target: Option<&str>,
-    compiles_only: bool,
-) -> Result<Arc<dyn Engine>, EngineError> {
+fn wasmtime_engine(target: Option<&str>, slots: u32) -> Result<Arc<dyn Engine>, EngineError> {
     use hako_engine_wasmtime::{PoolConfig, WasmtimeEngine};
-    let pool = if compiles_only {
-        PoolConfig::COMPILE_ONLY
-    } else {
-        PoolConfig {
-            slots: wasmtime_slots(),
-            ..PoolConfig::DEFAULT
-        }
+    let pool = PoolConfig {
+        slots,
+        ..PoolConfig::DEFAULT
     };
     Ok(Arc::new(WasmtimeEngine::with_pool(target, pool)?))
 }
@@ -391,7 +384,7 @@ mod tests {
 
     #[cfg(feature = "wasmtime")]
     #[test]
-    fn a_process_of_one_instance_at_a_time_gives_wasmtime_a_pool_of_a_few() {
+    fn wasmtime_sized_for_one_instance_at_a_time_holds_a_few_and_says_when_full() {
         use hako_engine_api::{Host, Import, Interrupt, RunExit, Stop, Watchdog};
 
         struct NoHost;
@@ -412,9 +405,11 @@ mod tests {
             MANY_INSTANCES,
             hako_engine_wasmtime::PoolConfig::DEFAULT.slots
         );
+        assert_eq!(hako_engine_wasmtime::PoolConfig::COMPILE_ONLY.slots, 0);
+        // What serve, bench and the tests get (no test says otherwise: engines are made once
+        // per process, and the tests may share one).
         assert_eq!(wasmtime_slots(), MANY_INSTANCES);
-        one_instance_at_a_time();
-        let engine = wasmtime_engine(None, false).unwrap();
+        let engine = wasmtime_engine(None, ONE_AT_A_TIME).unwrap();
         let wasm =
             wat::parse_str(r#"(module (memory (export "memory") 1) (func (export "_start")))"#)
                 .unwrap();
@@ -442,9 +437,6 @@ mod tests {
                 .exit,
             RunExit::Returned
         );
-        // Engines made later in this process (a test run without a process per test) get the
-        // default again.
-        WASMTIME_SLOTS.store(MANY_INSTANCES, Ordering::Relaxed);
     }
 
     #[test]
