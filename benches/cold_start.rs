@@ -1,7 +1,8 @@
 //! Cold start: one call of the bundled greet example, end to end through the call contract,
 //! with the module already in memory (back to back, and each right after an artifact load) and
-//! with its artifact loaded (verified and deserialized) from disk each time, for every engine configuration of this build side by side (wasmer with
-//! each compiler, and wasmtime); the instantiation a call made ahead of no longer waits for;
+//! with its artifact loaded (verified and deserialized) from disk each time, for every engine
+//! configuration of this build side by side (wasmer with each compiler, and wasmtime); the
+//! instantiation a call made ahead of no longer waits for;
 //! the call from disk in its parts (the first call on a module just loaded, the second, the
 //! drop); and the artifact load alone. With `--features baselines` (or
 //! one of `wasmtime-wasi`, `wasmer-wasix`) the comparison baselines get rows too, called through
@@ -21,6 +22,58 @@ use hako::engines::{self, EngineConfig};
 use hako::http::{NoBroker, PackagePolicy};
 use hako::store::{ArtifactKey, Store};
 use hako_engine_api::{Engine, Module};
+
+/// greet compiled by one engine configuration of this build, its artifact written to each store
+/// of the bench: what every group below measures.
+struct Compiled {
+    config: EngineConfig,
+    engine: Arc<dyn Engine>,
+    key: ArtifactKey,
+    module: Arc<dyn Module>,
+}
+
+impl Compiled {
+    fn new(config: EngineConfig, wasm: &[u8], sha: &str, stores: [&Store; 2]) -> Self {
+        let engine = engines::engine(config, None).expect("the engine builds");
+        let key = ArtifactKey::new(sha, engine.identity());
+        let module = engine.compile(wasm).expect("greet compiles");
+        for store in stores {
+            store
+                .artifacts()
+                .write(&key, module.as_ref())
+                .expect("the artifact is written");
+        }
+        Self {
+            config,
+            engine,
+            key,
+            module,
+        }
+    }
+
+    fn id(&self) -> BenchmarkId {
+        BenchmarkId::new(self.config.kind().name(), self.config.compiler().name())
+    }
+
+    /// The module of the artifact in `store`, loaded (verified and deserialized) as a call from
+    /// disk loads it.
+    fn load(&self, store: &Store) -> Arc<dyn Module> {
+        store
+            .artifacts()
+            .load(&self.key, self.engine.as_ref())
+            .expect("the artifact loads")
+            .expect("the artifact exists")
+    }
+
+    /// The id `from_disk_parts` gives the configuration beside what it measures.
+    fn name(&self) -> String {
+        format!(
+            "{}-{}",
+            self.config.kind().name(),
+            self.config.compiler().name()
+        )
+    }
+}
 
 fn greet(module: &Arc<dyn Module>, network: &Network) {
     let outcome = call::call_tool(
@@ -43,15 +96,6 @@ fn greet(module: &Arc<dyn Module>, network: &Network) {
     black_box(outcome);
 }
 
-/// The module of `key`'s artifact in `store`, loaded (verified and deserialized) by `engine`.
-fn load(store: &Store, key: &ArtifactKey, engine: &dyn Engine) -> Arc<dyn Module> {
-    store
-        .artifacts()
-        .load(key, engine)
-        .expect("the artifact loads")
-        .expect("the artifact exists")
-}
-
 fn cold_start(c: &mut Criterion) {
     let wasm = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -65,7 +109,15 @@ fn cold_start(c: &mut Criterion) {
         policy: Arc::new(PackagePolicy::default()),
         broker: Arc::new(NoBroker),
     };
-    let configs = EngineConfig::all();
+    // A second store with the same artifacts in files of their own (for `from_disk_parts`): a
+    // module loaded from one store's file, then the other's, is each time loaded from a file
+    // whose last load is gone.
+    let other_dir = tempfile::tempdir().expect("a temp dir");
+    let other = Store::open(other_dir.path()).expect("the store opens");
+    let compiled: Vec<Compiled> = EngineConfig::all()
+        .into_iter()
+        .map(|config| Compiled::new(config, &wasm, &sha, [&store, &other]))
+        .collect();
     let workload = Workload {
         program: "greet".into(),
         wasm: wasm.clone(),
@@ -90,13 +142,8 @@ fn cold_start(c: &mut Criterion) {
     let baseline_id = |subject: &Subject| BenchmarkId::new(subject.name(), "cranelift");
 
     let mut in_memory = c.benchmark_group("call_in_memory");
-    for &config in &configs {
-        let engine = engines::engine(config, None).expect("the engine builds");
-        let module = engine.compile(&wasm).expect("greet compiles");
-        in_memory.bench_function(
-            BenchmarkId::new(config.kind().name(), config.compiler().name()),
-            |b| b.iter(|| greet(&module, &network)),
-        );
+    for one in &compiled {
+        in_memory.bench_function(one.id(), |b| b.iter(|| greet(&one.module, &network)));
     }
     for (subject, ready) in &baselines {
         in_memory.bench_function(baseline_id(subject), |b| {
@@ -109,65 +156,35 @@ fn cold_start(c: &mut Criterion) {
     // (untimed): what `hako bench` reports as "in memory", where the load and the drop leave
     // the caches and the process's shared state as a call finds them between other work.
     let mut after_load = c.benchmark_group("call_in_memory_after_a_load");
-    for &config in &configs {
-        let engine = engines::engine(config, None).expect("the engine builds");
-        let key = ArtifactKey::new(&sha, engine.identity());
-        let module = engine.compile(&wasm).expect("greet compiles");
-        store
-            .artifacts()
-            .write(&key, module.as_ref())
-            .expect("the artifact is written");
-        after_load.bench_function(
-            BenchmarkId::new(config.kind().name(), config.compiler().name()),
-            |b| {
-                b.iter_custom(|iters| {
-                    let mut timed = std::time::Duration::ZERO;
-                    for _ in 0..iters {
-                        drop(black_box(load(&store, &key, engine.as_ref())));
-                        let started = std::time::Instant::now();
-                        greet(&module, &network);
-                        timed += started.elapsed();
-                    }
-                    timed
-                })
-            },
-        );
+    for one in &compiled {
+        after_load.bench_function(one.id(), |b| {
+            b.iter_custom(|iters| {
+                let mut timed = std::time::Duration::ZERO;
+                for _ in 0..iters {
+                    drop(black_box(one.load(&store)));
+                    let started = std::time::Instant::now();
+                    greet(&one.module, &network);
+                    timed += started.elapsed();
+                }
+                timed
+            })
+        });
     }
     after_load.finish();
 
     // What a call made ahead of takes off its path: an instance made, then dropped unrun
     // (its memory put back in the pool as a run's is).
     let mut instantiate = c.benchmark_group("instantiate");
-    for &config in &configs {
-        let engine = engines::engine(config, None).expect("the engine builds");
-        let module = engine.compile(&wasm).expect("greet compiles");
-        instantiate.bench_function(
-            BenchmarkId::new(config.kind().name(), config.compiler().name()),
-            |b| b.iter(|| drop(black_box(module.prepare(Limits::CALL.run_limits())))),
-        );
+    for one in &compiled {
+        instantiate.bench_function(one.id(), |b| {
+            b.iter(|| drop(black_box(one.module.prepare(Limits::CALL.run_limits()))))
+        });
     }
     instantiate.finish();
 
-    // A second store with the same artifacts in files of their own (for `from_disk_parts`): a
-    // module loaded from one store's file, then the other's, is each time loaded from a file
-    // whose last load is gone.
-    let other_dir = tempfile::tempdir().expect("a temp dir");
-    let other = Store::open(other_dir.path()).expect("the store opens");
     let mut from_disk = c.benchmark_group("call_from_disk");
-    for &config in &configs {
-        let engine = engines::engine(config, None).expect("the engine builds");
-        let key = ArtifactKey::new(&sha, engine.identity());
-        let module = engine.compile(&wasm).expect("greet compiles");
-        for store in [&store, &other] {
-            store
-                .artifacts()
-                .write(&key, module.as_ref())
-                .expect("the artifact is written");
-        }
-        from_disk.bench_function(
-            BenchmarkId::new(config.kind().name(), config.compiler().name()),
-            |b| b.iter(|| greet(&load(&store, &key, engine.as_ref()), &network)),
-        );
+    for one in &compiled {
+        from_disk.bench_function(one.id(), |b| b.iter(|| greet(&one.load(&store), &network)));
     }
     for (subject, _) in &baselines {
         from_disk.bench_function(baseline_id(subject), |b| {
@@ -184,19 +201,13 @@ fn cold_start(c: &mut Criterion) {
     // call, and the drop of a module that has been called once. One module at a time, each
     // dropped before the next is loaded.
     let mut parts = c.benchmark_group("from_disk_parts");
-    for &config in &configs {
-        let engine = engines::engine(config, None).expect("the engine builds");
-        let key = ArtifactKey::new(&sha, engine.identity());
+    for one in &compiled {
         let turn = std::cell::Cell::new(false);
         let load_in_turn = || {
             turn.set(!turn.get());
-            load(
-                if turn.get() { &store } else { &other },
-                &key,
-                engine.as_ref(),
-            )
+            one.load(if turn.get() { &store } else { &other })
         };
-        let load_same = || load(&store, &key, engine.as_ref());
+        let load_same = || one.load(&store);
         let called_once = || {
             let module = load_same();
             greet(&module, &network);
@@ -206,7 +217,7 @@ fn cold_start(c: &mut Criterion) {
             greet(&module, &network);
             module
         };
-        let name = format!("{}-{}", config.kind().name(), config.compiler().name());
+        let name = one.name();
         parts.bench_function(BenchmarkId::new("first_call", &name), |b| {
             b.iter_batched(load_same, call, BatchSize::PerIteration)
         });
@@ -223,13 +234,8 @@ fn cold_start(c: &mut Criterion) {
     parts.finish();
 
     let mut load_only = c.benchmark_group("artifact_load");
-    for &config in &configs {
-        let engine = engines::engine(config, None).expect("the engine builds");
-        let key = ArtifactKey::new(&sha, engine.identity());
-        load_only.bench_function(
-            BenchmarkId::new(config.kind().name(), config.compiler().name()),
-            |b| b.iter(|| black_box(load(&store, &key, engine.as_ref()))),
-        );
+    for one in &compiled {
+        load_only.bench_function(one.id(), |b| b.iter(|| black_box(one.load(&store))));
     }
     for (subject, _) in &baselines {
         load_only.bench_function(baseline_id(subject), |b| {
