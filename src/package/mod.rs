@@ -264,7 +264,8 @@ pub fn load_module_file(path: &Path) -> Result<ModuleFile, LoadError> {
             return Err(LoadError::refused(vec![Problem::new(
                 "module.size",
                 format!(
-                    "the module is {size} bytes; at most {MAX_MODULE_BYTES} (64 MiB) are allowed"
+                    "the module is {size} bytes; at most {MAX_MODULE_BYTES} ({} MiB) are allowed",
+                    MAX_MODULE_BYTES >> 20
                 ),
             )]))
         }
@@ -292,7 +293,10 @@ fn read_module(root: &Path, problems: &mut Vec<Problem>) -> Result<Option<Vec<u8
         Ok(Limited::TooLarge(size)) => {
             problems.push(Problem::new(
                 "module.size",
-                format!("{MODULE_FILE} is {size} bytes; at most {MAX_MODULE_BYTES} (64 MiB) are allowed"),
+                format!(
+                    "{MODULE_FILE} is {size} bytes; at most {MAX_MODULE_BYTES} ({} MiB) are allowed",
+                    MAX_MODULE_BYTES >> 20
+                ),
             ));
             Ok(None)
         }
@@ -300,7 +304,27 @@ fn read_module(root: &Path, problems: &mut Vec<Problem>) -> Result<Option<Vec<u8
     }
 }
 
-pub(crate) enum Limited {
+/// A stored version's module: read only up to the size any module may have, so a file grown or
+/// replaced outside hako, or one that is not a regular file, is refused before it is read whole
+/// into memory. It was checked at upload; the store compares it with its record's digest.
+pub(crate) fn read_stored_module(path: &Path) -> io::Result<Vec<u8>> {
+    match read_limited(path, MAX_MODULE_BYTES)? {
+        Limited::Read(bytes) => Ok(bytes),
+        Limited::Missing => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "no such regular file",
+        )),
+        Limited::TooLarge(size) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "it is {size} bytes; a module is at most {MAX_MODULE_BYTES} ({} MiB)",
+                MAX_MODULE_BYTES >> 20
+            ),
+        )),
+    }
+}
+
+enum Limited {
     Read(Vec<u8>),
     Missing,
     TooLarge(u64),
@@ -308,7 +332,7 @@ pub(crate) enum Limited {
 
 /// Reads a regular file of at most `limit` bytes. A file that grows while it is read is still
 /// cut at `limit + 1` bytes, so the limit holds whatever the metadata said.
-pub(crate) fn read_limited(path: &Path, limit: u64) -> io::Result<Limited> {
+fn read_limited(path: &Path, limit: u64) -> io::Result<Limited> {
     let metadata = match fs::metadata(path) {
         Ok(metadata) if metadata.is_file() => metadata,
         Ok(_) => return Ok(Limited::Missing),

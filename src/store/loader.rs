@@ -65,14 +65,12 @@ impl<'a> ModuleBytes<'a> {
     fn read(self) -> Result<Cow<'a, [u8]>, ArtifactError> {
         match self {
             ModuleBytes::Given(bytes) => Ok(Cow::Borrowed(bytes)),
-            ModuleBytes::File(path) => {
-                super::read_module_file(path)
-                    .map(Cow::Owned)
-                    .map_err(|source| ArtifactError::ReadModule {
-                        path: path.to_path_buf(),
-                        source,
-                    })
-            }
+            ModuleBytes::File(path) => crate::package::read_stored_module(path)
+                .map(Cow::Owned)
+                .map_err(|source| ArtifactError::ReadModule {
+                    path: path.to_path_buf(),
+                    source,
+                }),
         }
     }
 }

@@ -156,7 +156,7 @@ impl StoredPackage {
     /// in from elsewhere is refused, never run (or compiled) under this package's name.
     pub fn wasm(&self) -> Result<Vec<u8>, StoreError> {
         let path = self.module_path();
-        let wasm = read_module_file(&path).map_err(io("reading", &path))?;
+        let wasm = crate::package::read_stored_module(&path).map_err(io("reading", &path))?;
         let found = sha256_hex(&wasm);
         if found != self.record.module_sha256 {
             return Err(StoreError::Tampered {
@@ -467,24 +467,6 @@ impl Store {
             &self.staging,
         )
         .map_err(io("writing", &package_dir))
-    }
-}
-
-/// A stored module's bytes, within the size any module may have
-/// ([`crate::package::MAX_MODULE_BYTES`]): a file grown or replaced outside hako, or one that is
-/// not a regular file, is refused before it is read whole into memory.
-pub(crate) fn read_module_file(path: &Path) -> std::io::Result<Vec<u8>> {
-    use crate::package::{read_limited, Limited, MAX_MODULE_BYTES};
-    match read_limited(path, MAX_MODULE_BYTES)? {
-        Limited::Read(bytes) => Ok(bytes),
-        Limited::Missing => Err(std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            "no such regular file",
-        )),
-        Limited::TooLarge(size) => Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("it is {size} bytes; a module is at most {MAX_MODULE_BYTES} (64 MiB)"),
-        )),
     }
 }
 
