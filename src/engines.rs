@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use hako_engine_api::{Engine, EngineError};
@@ -261,21 +261,16 @@ pub fn compiling_engine(
     match config.kind {
         EngineKind::Wasmer => engine(config, target),
         // No slots: no pool.
-        EngineKind::Wasmtime => wasmtime_engine(target, 0),
+        EngineKind::Wasmtime => wasmtime_engine(target, Some(0)),
     }
 }
 
-/// Instances at once that the wasmtime engines made from now on hold room for; see
-/// [`one_instance_at_a_time`].
-static WASMTIME_SLOTS: AtomicU32 = AtomicU32::new(MANY_INSTANCES);
-
-/// The room of a process that runs many instances at once (`hako serve`, `hako bench`): the
-/// wasmtime engine's default pool.
-const MANY_INSTANCES: u32 = 1000;
+/// Whether this process runs its instances one after another; see [`one_instance_at_a_time`].
+static ONE_INSTANCE_AT_A_TIME: AtomicBool = AtomicBool::new(false);
 
 /// The room of a process that runs its instances one after another. A command makes one
 /// (discovery, then the call, each dropped before the next); the rest is margin.
-pub const ONE_AT_A_TIME: u32 = 4;
+const ONE_AT_A_TIME: u32 = 4;
 
 /// Says that this process runs its instances one after another (`hako call`, `run`, `tools`,
 /// `upload`, `check`), before its first engine is made: wasmtime's engine sizes its pool for
@@ -283,27 +278,36 @@ pub const ONE_AT_A_TIME: u32 = 4;
 /// reservations of their memories and tables, and their bookkeeping): greet's call in a fresh
 /// process on wasmtime took 2.88–2.99 ms with 1,000 slots and 2.74–2.75 ms with 4. An engine
 /// already made keeps its pool; wasmer's pool reserves nothing up front and is not concerned.
-pub fn one_instance_at_a_time() {
-    WASMTIME_SLOTS.store(ONE_AT_A_TIME, Ordering::Relaxed);
+/// Without it (`hako serve`, `hako bench`, the tests), the engine's default pool of 1,000.
+pub(crate) fn one_instance_at_a_time() {
+    ONE_INSTANCE_AT_A_TIME.store(true, Ordering::Relaxed);
 }
 
-/// Instances at once a wasmtime engine made now holds room for.
-fn wasmtime_slots() -> u32 {
-    WASMTIME_SLOTS.load(Ordering::Relaxed)
+/// Instances at once a wasmtime engine made now holds room for (`None`: the engine's default).
+fn wasmtime_slots() -> Option<u32> {
+    ONE_INSTANCE_AT_A_TIME
+        .load(Ordering::Relaxed)
+        .then_some(ONE_AT_A_TIME)
 }
 
 #[cfg(not(feature = "wasmtime"))]
-fn wasmtime_engine(_target: Option<&str>, _slots: u32) -> Result<Arc<dyn Engine>, EngineError> {
+fn wasmtime_engine(
+    _target: Option<&str>,
+    _slots: Option<u32>,
+) -> Result<Arc<dyn Engine>, EngineError> {
     Err("wasmtime".parse::<EngineKind>().unwrap_err())
 }
 
 /// A wasmtime engine whose pool holds `slots` instances at once (0: no pool, for an engine
-/// that only compiles).
+/// that only compiles; `None`: the engine's default).
 #[cfg(feature = "wasmtime")]
-fn wasmtime_engine(target: Option<&str>, slots: u32) -> Result<Arc<dyn Engine>, EngineError> {
+fn wasmtime_engine(
+    target: Option<&str>,
+    slots: Option<u32>,
+) -> Result<Arc<dyn Engine>, EngineError> {
     use hako_engine_wasmtime::{PoolConfig, WasmtimeEngine};
     let pool = PoolConfig {
-        slots,
+        slots: slots.unwrap_or(PoolConfig::DEFAULT.slots),
         ..PoolConfig::DEFAULT
     };
     Ok(Arc::new(WasmtimeEngine::with_pool(target, pool)?))
@@ -401,15 +405,11 @@ mod tests {
             fn arm(&self, _: Arc<dyn Interrupt>) {}
         }
 
-        assert_eq!(
-            MANY_INSTANCES,
-            hako_engine_wasmtime::PoolConfig::DEFAULT.slots
-        );
         assert_eq!(hako_engine_wasmtime::PoolConfig::COMPILE_ONLY.slots, 0);
         // What serve, bench and the tests get (no test says otherwise: engines are made once
         // per process, and the tests may share one).
-        assert_eq!(wasmtime_slots(), MANY_INSTANCES);
-        let engine = wasmtime_engine(None, ONE_AT_A_TIME).unwrap();
+        assert_eq!(wasmtime_slots(), None);
+        let engine = wasmtime_engine(None, Some(ONE_AT_A_TIME)).unwrap();
         let wasm =
             wat::parse_str(r#"(module (memory (export "memory") 1) (func (export "_start")))"#)
                 .unwrap();
