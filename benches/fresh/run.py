@@ -21,8 +21,8 @@ Packages default to every folder of benches/packages with a module.wasm (build.s
 them). HAKO defaults to `target/release/hako` (or under $CARGO_TARGET_DIR), built as it is;
 `--compilers llvm` needs a build with the `llvm` feature to upload: UPLOADER names the hako that
 uploads (default: HAKO), so a build without LLVM can be timed running the LLVM code another
-build made, as an operator would run it (see the README's "A fresh process"). WASMTIME defaults to `wasmtime` on
-PATH; `cargo install wasmtime-cli --version 48.0.0 --locked --root DIR` installs the version
+build made, as an operator would run it (see the README's "A fresh process"). WASMTIME defaults
+to `wasmtime` on PATH; `cargo install wasmtime-cli --version 48.0.0 --locked --root DIR` installs the version
 hako's own wasmtime engine is (DIR/bin/wasmtime). The wasmtime CLI runs with its defaults (no
 pooling allocator, copy-on-write memory images from the mapped file), which is how it is run.
 
@@ -58,12 +58,12 @@ def fail(message):
     sys.exit(1)
 
 
-def checked(command, **kwargs):
-    done = subprocess.run(command, capture_output=True, **kwargs)
+def checked(command, stdin=None):
+    done = subprocess.run(command, input=stdin, capture_output=True, check=False)
     if done.returncode != 0:
         fail(
             f"{' '.join(map(str, command))} exited {done.returncode}:\n"
-            f"{done.stderr.decode(errors='replace')}"
+            f"{done.stderr.decode(errors='replace')[-2000:]}"
         )
     return done
 
@@ -101,15 +101,8 @@ class Subject:
 
     def run(self):
         started = time.perf_counter()
-        done = subprocess.run(
-            self.command, input=self.stdin, capture_output=True, check=False
-        )
+        done = checked(self.command, self.stdin)
         elapsed = time.perf_counter() - started
-        if done.returncode != 0:
-            fail(
-                f"{self.name} exited {done.returncode}:\n"
-                f"{done.stderr.decode(errors='replace')[-2000:]}"
-            )
         self.check(done.stdout)
         return elapsed
 
@@ -135,8 +128,8 @@ def package_subjects(package, hako, uploader, wasmtime, compilers, hako_wasmtime
         upload += ["--compiler", compiler]
     checked(upload)
     if hako_wasmtime:
-        # A second upload of the same version stores nothing; the first call compiles and
-        # keeps the artifact, and the warm-up call below is that call.
+        # The version is stored already: this upload only compiles and stores its wasmtime
+        # artifact.
         checked([uploader, "upload", package, "--store", store, "--engine", "wasmtime"])
 
     cwasm = work / f"{name}.cwasm"
@@ -226,7 +219,10 @@ def main():
         packages = sorted(p for p in corpus.iterdir() if (p / "module.wasm").is_file())
         if not packages:
             fail("no package of benches/packages is built: run benches/packages/build.sh")
-    rounds = int(os.environ.get("ROUNDS", "40"))
+    rounds = os.environ.get("ROUNDS", "40")
+    if not rounds.isdigit() or int(rounds) < 1:
+        fail(f"ROUNDS must be a whole number of at least 1, not {rounds!r}")
+    rounds = int(rounds)
     hako, wasmtime = hako_binary(), wasmtime_binary()
     uploader = Path(os.environ.get("UPLOADER", hako))
     print(checked([wasmtime, "--version"]).stdout.decode().strip())
