@@ -114,6 +114,8 @@ fn cold_start(c: &mut Criterion) {
     // whose last load is gone.
     let other_dir = tempfile::tempdir().expect("a temp dir");
     let other = Store::open(other_dir.path()).expect("the store opens");
+    // This process compiles with LLVM itself, where the `hako` command starts its worker.
+    hako_engine_llvm::link();
     let compiled: Vec<Compiled> = EngineConfig::all()
         .into_iter()
         .map(|config| Compiled::new(config, &wasm, &sha, [&store, &other]))

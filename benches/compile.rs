@@ -15,7 +15,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use hako::engines::{self, EngineConfig};
+use hako::engines;
 
 fn compile(c: &mut Criterion) {
     let modules = [
@@ -27,7 +27,7 @@ fn compile(c: &mut Criterion) {
         group.sample_size(10);
         group.warm_up_time(Duration::from_secs(1));
         group.measurement_time(Duration::from_secs(5));
-        for config in EngineConfig::all() {
+        for config in support::host::configs() {
             let uses_simd = hako::package::check_module(wasm)
                 .expect("the module passes the check")
                 .uses_simd;

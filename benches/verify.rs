@@ -44,6 +44,8 @@ fn loads(c: &mut Criterion) {
     let store = Store::open(dir.path().join("store")).expect("the store opens");
     let wasm = module_with_data(8 << 20);
     let mut group = c.benchmark_group("artifact_load_8mib");
+    // This process compiles with LLVM itself, where the `hako` command starts its worker.
+    hako_engine_llvm::link();
     for config in EngineConfig::all() {
         let engine = engines::engine(config, None).expect("the engine");
         let key = ArtifactKey::new(&hako::store::sha256_hex(&wasm), engine.identity());

@@ -10,6 +10,14 @@
 //! A process that did not say it can start the worker ([`compile_in_children`], which `main`
 //! calls) compiles in-process, without bounds: tests and other embedders of the library.
 //!
+//! LLVM compiles in a worker of its own, the `hako-llvm` executable beside `hako` (a build with
+//! the `llvm` feature has both): the `hako` command does not link LLVM, whose static
+//! constructors and libstdc++ would cost every process 3 ms before `main`, a fresh `hako call`
+//! most of all ([`compile_llvm_in_children`]). `hako-llvm` runs the same [`worker_main`], and
+//! refuses to compile for a parent of another build (the parent names the identity of the
+//! engine it loads artifacts with, which the worker's must equal: an artifact of another wasmer
+//! is not one to load).
+//!
 //! This module does not decide where artifacts go (`store`) nor which configurations an upload
 //! asks for (`upload`).
 
@@ -100,15 +108,34 @@ pub fn compile_in_children(exe: std::fs::File) {
     let _ = WORKER.set(exe);
 }
 
+/// The LLVM compile worker of a process that does not link LLVM: `hako-llvm`, open, or why it
+/// could not be opened.
+static LLVM_WORKER: OnceLock<Result<std::fs::File, String>> = OnceLock::new();
+
+/// Says that LLVM compiles run in `exe`, open (the `hako-llvm` executable of this build), as
+/// `exe __compile`; `Err` says why there is none, and every LLVM compile of this process then
+/// fails, saying so. Without this call, LLVM compiles run where every other compile does.
+pub fn compile_llvm_in_children(exe: Result<std::fs::File, String>) {
+    let _ = LLVM_WORKER.set(exe);
+}
+
 /// Compiles `wasm` with `config` for `target` (`None`: this machine) within `bounds`, in a
-/// child process when [`compile_in_children`] was called.
+/// child process when [`compile_in_children`] was called (LLVM: when
+/// [`compile_llvm_in_children`] was).
 pub fn compile(
     config: EngineConfig,
     target: Option<&str>,
     wasm: &[u8],
     bounds: CompileBounds,
 ) -> Result<Serialized, CompileError> {
-    match WORKER.get() {
+    let worker = match LLVM_WORKER.get() {
+        Some(llvm) if config == EngineConfig::wasmer(engines::Compiler::Llvm) => match llvm {
+            Ok(exe) => Some(exe),
+            Err(why) => return Err(CompileError::Worker(why.clone())),
+        },
+        _ => WORKER.get(),
+    };
+    match worker {
         Some(exe) => match in_child(exe, config, target, wasm, bounds) {
             Err(CompileError::Spawn(error)) => {
                 // Only where this binary cannot run itself (an aarch64 binary under qemu-user,
@@ -192,12 +219,14 @@ fn in_child(
 ) -> Result<Serialized, CompileError> {
     let worker = |error: std::io::Error| CompileError::Worker(error.to_string());
     use std::os::fd::AsRawFd;
+    let identity = engines::engine(config, target)?.identity().to_line();
     // The child resolves the name before its descriptors close at `exec`.
     let mut command = Command::new(format!("/proc/self/fd/{}", exe.as_raw_fd()));
     command
         .arg(WORKER_COMMAND)
         .arg(config.name())
-        .arg(bounds.max_memory_bytes.to_string());
+        .arg(bounds.max_memory_bytes.to_string())
+        .arg(identity);
     if let Some(target) = target {
         command.arg(target);
     }
@@ -315,20 +344,23 @@ fn out_of_memory(stderr: &str) -> bool {
         .any(|words| stderr.contains(words))
 }
 
-/// The worker: `hako __compile CONFIG MAX_MEMORY_BYTES [TARGET]`, the module on stdin, what
-/// the engine serialized on stdout. Dies with its parent; its data limit is the bound.
+/// The worker: `hako __compile CONFIG MAX_MEMORY_BYTES IDENTITY [TARGET]`, the module on
+/// stdin, what the engine serialized on stdout. IDENTITY is the line of the engine the parent
+/// loads the artifact with ([`hako_engine_api::EngineIdentity::to_line`]): a worker whose
+/// engine's differs is another build, and compiles nothing. Dies with its parent; its data
+/// limit is the bound.
 pub fn worker_main(args: &[String]) -> ExitCode {
     let fail = |status: u8, message: String| {
         eprintln!("{message}");
         ExitCode::from(status)
     };
-    let (Some(config), Some(memory)) = (args.first(), args.get(1)) else {
+    let [config, memory, expected, rest @ ..] = args else {
         return fail(
             2,
-            format!("usage: hako {WORKER_COMMAND} CONFIG MAX_MEMORY_BYTES [TARGET]"),
+            format!("usage: {WORKER_COMMAND} CONFIG MAX_MEMORY_BYTES IDENTITY [TARGET]"),
         );
     };
-    let target = args.get(2).map(String::as_str);
+    let target = rest.first().map(String::as_str);
     // The parent may be killed: a compile no one waits for must not go on.
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     let Ok(memory) = memory.parse::<u64>() else {
@@ -354,6 +386,18 @@ pub fn worker_main(args: &[String]) -> ExitCode {
         return fail(2, format!("reading the module: {error}"));
     }
     let serialized = engines::compiling_engine(config, target)
+        .and_then(|engine| {
+            let identity = engine.identity().to_line();
+            if identity == *expected {
+                Ok(engine)
+            } else {
+                Err(EngineError::Unsupported(format!(
+                    "the compile worker is another build than hako: its {config} engine is \
+                     `{identity}`, hako's is `{expected}` (install hako and {} from one build)",
+                    engines::LLVM_WORKER
+                )))
+            }
+        })
         .and_then(|engine| engine.compile(&wasm))
         .and_then(|module| module.serialize());
     match serialized {
@@ -445,6 +489,7 @@ mod tests {
     #[cfg(feature = "llvm")]
     #[test]
     fn a_compiler_that_panics_is_compile_crash_and_the_process_goes_on() {
+        hako_engine_llvm::link();
         let wasm = wat::parse_str(LLVM_ASSERTS).unwrap();
         let llvm = EngineConfig::wasmer(crate::engines::Compiler::Llvm);
         match compile_here(llvm, None, &wasm) {

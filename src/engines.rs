@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use hako_engine_api::{Engine, EngineError};
 use hako_engine_wasmer::WasmerEngine;
 
-pub use hako_engine_wasmer::Compiler;
+pub use hako_engine_wasmer::{Compiler, LLVM_WORKER};
 
 /// The engines the ABI host can run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -117,6 +117,14 @@ impl EngineConfig {
             EngineKind::Wasmer => self.compiler.available(),
             EngineKind::Wasmtime => self.kind.available(),
         }
+    }
+
+    /// Whether this process compiles with the configuration itself: the `hako` command
+    /// compiles with LLVM in its worker `hako-llvm` (see [`crate::compile`]), which links LLVM
+    /// where `hako` does not.
+    pub fn compiles_in_process(self) -> bool {
+        self.compiles_here()
+            && (self != EngineConfig::wasmer(Compiler::Llvm) || hako_engine_wasmer::llvm_linked())
     }
 
     pub fn kind(self) -> EngineKind {

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use hako::cli::{self, Cli, Failure};
-use hako::compile;
+use hako::{compile, engines};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -14,9 +14,23 @@ fn main() -> ExitCode {
     }
     // This binary compiles in a child process of its own, bounded in time and memory: the very
     // same binary, held open from the start, even when an upgrade replaces the file at its path.
-    match std::env::current_exe().and_then(std::fs::File::open) {
+    let exe = std::env::current_exe().map_err(|err| format!("finding this binary: {err}"));
+    let open = |path: &std::path::Path| {
+        std::fs::File::open(path).map_err(|err| format!("opening {}: {err}", path.display()))
+    };
+    match exe.as_deref().map_err(Clone::clone).and_then(open) {
         Ok(exe) => compile::compile_in_children(exe),
-        Err(err) => eprintln!("hako: compiles run in this process, unbounded: {err}"),
+        Err(why) => eprintln!("hako: compiles run in this process, unbounded: {why}"),
+    }
+    // LLVM compiles in a worker beside this binary, which does not link LLVM.
+    if cfg!(feature = "llvm") {
+        let worker = exe.and_then(|exe| open(&exe.with_file_name(engines::LLVM_WORKER)));
+        compile::compile_llvm_in_children(worker.map_err(|why| {
+            format!(
+                "this build compiles with LLVM in {}, beside hako: {why}",
+                engines::LLVM_WORKER
+            )
+        }));
     }
     let filter = tracing_subscriber::EnvFilter::try_from_env("HAKO_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));

@@ -16,6 +16,7 @@ use hako_engine_baseline::{Compiled, Runtime};
 use crate::call::{
     self, CallOutcome, CallStats, Limits, Mounts, Network, ReadyInstance, ToolRequest,
 };
+use crate::compile::{self, CompileBounds};
 use crate::engines::{self, EngineConfig};
 use crate::http::{NoBroker, PackagePolicy};
 use crate::protocol::{self, Answer, CallResult, Line, RequestId};
@@ -45,6 +46,7 @@ pub enum Ready {
 enum Kind {
     /// hako's host on one of its engines; artifacts live in hako's artifact cache.
     Host {
+        config: EngineConfig,
         engine: Arc<dyn Engine>,
         key: ArtifactKey,
         cache: ArtifactCache,
@@ -136,6 +138,7 @@ impl Subject {
         Ok(Self {
             name: name.to_string(),
             kind: Kind::Host {
+                config,
                 engine,
                 key,
                 cache: cache.clone(),
@@ -179,9 +182,21 @@ impl Subject {
         }
     }
 
-    /// Compiles the workload's module.
+    /// Compiles the workload's module. A configuration this process does not compile with
+    /// itself (LLVM, for the `hako` command) compiles in its worker, as an upload does, and
+    /// comes back through its artifact: its compile time includes the worker's start.
     pub fn compile(&self, wasm: &[u8]) -> Result<Ready, String> {
         match &self.kind {
+            Kind::Host {
+                config, key, cache, ..
+            } if !config.compiles_in_process() => {
+                let serialized = compile::compile(*config, None, wasm, CompileBounds::DEFAULT)
+                    .map_err(|err| err.to_string())?;
+                cache
+                    .write_serialized(key, serialized)
+                    .map_err(|err| err.to_string())?;
+                self.load()
+            }
             Kind::Host { engine, .. } => engine
                 .compile(wasm)
                 .map(Ready::Host)

@@ -254,6 +254,8 @@ struct Fuzzer {
 
 impl Fuzzer {
     fn new() -> Fuzzer {
+        // Compiles with LLVM in this process, where the `hako` command starts its worker.
+        hako_engine_llvm::link();
         let subjects = EngineConfig::all()
             .into_iter()
             .filter(|config| config.compiles_here())

@@ -15,6 +15,7 @@ mod broker_guest;
 mod call_contract;
 mod check;
 mod cli;
+mod compile_worker;
 mod content;
 mod deadlines;
 mod fuzzing;

@@ -3,6 +3,9 @@
 //! feature set, a memory cap through tunables, host interrupts for deadlines, and artifacts
 //! that can be made for another target.
 //!
+//! LLVM (the `llvm` feature) is linked by the program that calls [`link_llvm`], and only by
+//! it: hako's `hako` command does not, and compiles with LLVM in a worker process.
+//!
 //! A compiler this build lacks still has an engine: a headless one, which loads artifacts of
 //! that compiler's identity (made by another build, for example an x86-64 build with LLVM
 //! precompiling for aarch64) and refuses to compile, naming the missing feature.
@@ -78,7 +81,8 @@ impl Compiler {
     }
 
     /// Whether this build includes the compiler (without it, the compiler's artifacts can
-    /// still be loaded, see [`WasmerEngine::new`]).
+    /// still be loaded, see [`WasmerEngine::new`]). LLVM compiles only in a process that
+    /// linked it ([`link_llvm`]) even where the build includes it.
     pub fn available(self) -> bool {
         match self {
             Compiler::Singlepass => cfg!(feature = "singlepass"),
@@ -159,6 +163,39 @@ fn baseline_target(triple: Triple) -> Target {
     Target::new(triple, set)
 }
 
+/// The executable that compiles with LLVM for a process that does not link it, as errors name
+/// it.
+pub const LLVM_WORKER: &str = "hako-llvm";
+
+/// How a process that links LLVM makes its compiler's configuration ([`link_llvm`]).
+static LLVM: std::sync::OnceLock<fn() -> Box<dyn CompilerConfig>> = std::sync::OnceLock::new();
+
+/// Gives this process LLVM: `make` returns wasmer-compiler-llvm's configuration, as in
+/// `link_llvm(|| Box::new(wasmer_compiler_llvm::LLVM::new()))`. Until then an LLVM engine of a
+/// build with the `llvm` feature loads LLVM's artifacts but compiles nothing.
+///
+/// The engine does not name LLVM itself so that a program that never calls this never links
+/// LLVM: its static libraries run their constructors and map libstdc++ in every process that
+/// links them, 3 ms and a thousand page faults before `main`, which a fresh `hako call` would
+/// pay for a compiler it does not run. hako compiles with LLVM in a worker process of its own,
+/// [`LLVM_WORKER`], which calls this; the `hako` command does not.
+pub fn link_llvm(make: fn() -> Box<dyn CompilerConfig>) {
+    let _ = LLVM.set(make);
+}
+
+/// Whether this process linked LLVM ([`link_llvm`]).
+pub fn llvm_linked() -> bool {
+    llvm().is_some()
+}
+
+/// How this process makes LLVM's configuration, when it linked LLVM.
+fn llvm() -> Option<&'static fn() -> Box<dyn CompilerConfig>> {
+    // A test build of this crate links it.
+    #[cfg(all(test, feature = "llvm"))]
+    link_llvm(|| Box::new(wasmer_compiler_llvm::LLVM::new()));
+    LLVM.get()
+}
+
 /// A wasmer engine with one compiler for one target.
 ///
 /// wasmer keeps the code of every module an engine compiled or loaded until the engine itself
@@ -222,8 +259,9 @@ impl WasmerEngine {
     }
 
     /// A wasmer engine for one module about to be compiled: this engine's compiler, target
-    /// and WebAssembly features, and the deadline checks ([`checks`]) in the code.
-    fn compiling_engine(&self) -> wasmer::Engine {
+    /// and WebAssembly features, and the deadline checks ([`checks`]) in the code. LLVM only
+    /// in a process that linked it ([`link_llvm`]).
+    fn compiling_engine(&self) -> Result<wasmer::Engine, EngineError> {
         let builder = match self.compiler {
             #[cfg(feature = "singlepass")]
             Compiler::Singlepass => {
@@ -242,22 +280,25 @@ impl WasmerEngine {
                 cranelift.push_middleware(DeadlineChecks::new());
                 EngineBuilder::new(cranelift)
             }
-            #[cfg(feature = "llvm")]
             Compiler::Llvm => {
-                let mut llvm = wasmer_compiler_llvm::LLVM::new();
+                let mut llvm = llvm().map(|make| make()).ok_or_else(|| {
+                    EngineError::Unsupported(format!(
+                        "this process does not link LLVM: {LLVM_WORKER} compiles with it"
+                    ))
+                })?;
                 llvm.push_middleware(DeadlineChecks::new());
                 EngineBuilder::new(llvm)
             }
             #[allow(unreachable_patterns)]
             _ => EngineBuilder::headless(),
         };
-        with_tunables(
+        Ok(with_tunables(
             builder
                 .set_features(Some(abi_features()))
                 .set_target(Some(self.target.clone()))
                 .engine()
                 .into(),
-        )
+        ))
     }
 
     /// A wasmer engine for one module about to be loaded. Loading needs no compiler: wasmer's
@@ -307,7 +348,7 @@ impl Engine for WasmerEngine {
             }
             Layout::Nothing | Layout::Copied(_) => (wasm, None),
         };
-        let engine = self.compiling_engine();
+        let engine = self.compiling_engine()?;
         let module =
             wasmer::Module::new(&engine, wasm).map_err(|err| compile_error(err.to_string()))?;
         Ok(Arc::new(WasmerModule::new(

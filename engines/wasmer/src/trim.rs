@@ -239,7 +239,7 @@ mod tests {
             .map(|i| format!("(func (export \"f{i}\") (param i32) (result i32) local.get 0 i32.const {i} i32.add)"))
             .collect();
         let wasm = wat::parse_str(format!("(module {functions})")).unwrap();
-        let module = wasmer::Module::new(&engine.compiling_engine(), wasm).unwrap();
+        let module = wasmer::Module::new(&engine.compiling_engine().unwrap(), wasm).unwrap();
         let image = module.serialize().unwrap().to_vec();
         assert!(image.starts_with(crate::ELF_MAGIC), "not an ELF image");
         image
