@@ -119,6 +119,12 @@ pub fn compile_llvm_in_children(exe: Result<std::fs::File, String>) {
     let _ = LLVM_WORKER.set(exe);
 }
 
+/// Why this process has no LLVM compile worker, when it was told of one that could not be
+/// opened ([`compile_llvm_in_children`]): for a server to say at its start.
+pub fn llvm_worker_missing() -> Option<&'static str> {
+    LLVM_WORKER.get()?.as_ref().err().map(String::as_str)
+}
+
 /// Compiles `wasm` with `config` for `target` (`None`: this machine) within `bounds`, in a
 /// child process when [`compile_in_children`] was called (LLVM: when
 /// [`compile_llvm_in_children`] was).

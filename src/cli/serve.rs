@@ -288,6 +288,9 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
             // The one line on stdout: scripts and tests read the bound port from it.
             println!("hako: listening on http://{addr}");
             note(&format!("serving the store {store}"));
+            if let Some(why) = crate::compile::llvm_worker_missing() {
+                note(&format!("{why}: uploads that ask for llvm will fail"));
+            }
         })
         .map_err(failure);
     };
