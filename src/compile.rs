@@ -134,8 +134,9 @@ pub fn compile(
     wasm: &[u8],
     bounds: CompileBounds,
 ) -> Result<Serialized, CompileError> {
+    // A compiler of this build that this process does not link (LLVM, for `hako`).
     let worker = match LLVM_WORKER.get() {
-        Some(llvm) if config == EngineConfig::wasmer(engines::Compiler::Llvm) => match llvm {
+        Some(llvm) if config.compiles_here() && !config.compiles_in_process() => match llvm {
             Ok(exe) => Some(exe),
             Err(why) => return Err(CompileError::Worker(why.clone())),
         },

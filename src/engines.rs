@@ -123,8 +123,10 @@ impl EngineConfig {
     /// compiles with LLVM in its worker `hako-llvm` (see [`crate::compile`]), which links LLVM
     /// where `hako` does not.
     pub fn compiles_in_process(self) -> bool {
-        self.compiles_here()
-            && (self != EngineConfig::wasmer(Compiler::Llvm) || hako_engine_wasmer::llvm_linked())
+        match self.kind {
+            EngineKind::Wasmer => self.compiler.compiles_in_process(),
+            EngineKind::Wasmtime => self.kind.available(),
+        }
     }
 
     pub fn kind(self) -> EngineKind {

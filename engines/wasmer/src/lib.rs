@@ -91,6 +91,13 @@ impl Compiler {
         }
     }
 
+    /// Whether this process compiles with the compiler: the build includes it and, for LLVM,
+    /// the process linked it ([`link_llvm`]). A compiler the build includes that this process
+    /// does not link compiles in [`LLVM_WORKER`].
+    pub fn compiles_in_process(self) -> bool {
+        self.available() && (self != Compiler::Llvm || llvm().is_some())
+    }
+
     /// Whether the compiler can compile modules that use SIMD128 (singlepass cannot).
     pub fn supports_simd(self) -> bool {
         matches!(self, Compiler::Cranelift | Compiler::Llvm)
@@ -181,11 +188,6 @@ static LLVM: std::sync::OnceLock<fn() -> Box<dyn CompilerConfig>> = std::sync::O
 /// [`LLVM_WORKER`], which calls this; the `hako` command does not.
 pub fn link_llvm(make: fn() -> Box<dyn CompilerConfig>) {
     let _ = LLVM.set(make);
-}
-
-/// Whether this process linked LLVM ([`link_llvm`]).
-pub fn llvm_linked() -> bool {
-    llvm().is_some()
 }
 
 /// How this process makes LLVM's configuration, when it linked LLVM.
