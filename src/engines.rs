@@ -257,7 +257,7 @@ pub fn baseline_engine(
 fn make_engine(config: EngineConfig, target: Option<&str>) -> Result<Arc<dyn Engine>, EngineError> {
     match config.kind {
         EngineKind::Wasmer => Ok(Arc::new(WasmerEngine::new(config.compiler, target)?)),
-        EngineKind::Wasmtime => wasmtime_engine(target, wasmtime_slots()),
+        EngineKind::Wasmtime => wasmtime_engine(target, wasmtime_pool()),
     }
 }
 
@@ -270,8 +270,7 @@ pub fn compiling_engine(
 ) -> Result<Arc<dyn Engine>, EngineError> {
     match config.kind {
         EngineKind::Wasmer => engine(config, target),
-        // No slots: no pool.
-        EngineKind::Wasmtime => wasmtime_engine(target, Some(0)),
+        EngineKind::Wasmtime => wasmtime_engine(target, Pool::CompileOnly),
     }
 }
 
@@ -293,32 +292,41 @@ pub(crate) fn one_instance_at_a_time() {
     ONE_INSTANCE_AT_A_TIME.store(true, Ordering::Relaxed);
 }
 
-/// Instances at once a wasmtime engine made now holds room for (`None`: the engine's default).
-fn wasmtime_slots() -> Option<u32> {
-    ONE_INSTANCE_AT_A_TIME
-        .load(Ordering::Relaxed)
-        .then_some(ONE_AT_A_TIME)
+/// What a wasmtime engine's instance pool holds room for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pool {
+    /// No pool: an engine that only compiles (the compile worker).
+    CompileOnly,
+    /// This many instances at once ([`ONE_AT_A_TIME`], see [`one_instance_at_a_time`]).
+    Slots(u32),
+    /// The engine's own default.
+    Default,
+}
+
+/// The pool of a wasmtime engine made now to run instances.
+fn wasmtime_pool() -> Pool {
+    if ONE_INSTANCE_AT_A_TIME.load(Ordering::Relaxed) {
+        Pool::Slots(ONE_AT_A_TIME)
+    } else {
+        Pool::Default
+    }
 }
 
 #[cfg(not(feature = "wasmtime"))]
-fn wasmtime_engine(
-    _target: Option<&str>,
-    _slots: Option<u32>,
-) -> Result<Arc<dyn Engine>, EngineError> {
+fn wasmtime_engine(_target: Option<&str>, _pool: Pool) -> Result<Arc<dyn Engine>, EngineError> {
     Err("wasmtime".parse::<EngineKind>().unwrap_err())
 }
 
-/// A wasmtime engine whose pool holds `slots` instances at once (0: no pool, for an engine
-/// that only compiles; `None`: the engine's default).
 #[cfg(feature = "wasmtime")]
-fn wasmtime_engine(
-    target: Option<&str>,
-    slots: Option<u32>,
-) -> Result<Arc<dyn Engine>, EngineError> {
+fn wasmtime_engine(target: Option<&str>, pool: Pool) -> Result<Arc<dyn Engine>, EngineError> {
     use hako_engine_wasmtime::{PoolConfig, WasmtimeEngine};
-    let pool = PoolConfig {
-        slots: slots.unwrap_or(PoolConfig::DEFAULT.slots),
-        ..PoolConfig::DEFAULT
+    let pool = match pool {
+        Pool::CompileOnly => PoolConfig::COMPILE_ONLY,
+        Pool::Slots(slots) => PoolConfig {
+            slots,
+            ..PoolConfig::DEFAULT
+        },
+        Pool::Default => PoolConfig::DEFAULT,
     };
     Ok(Arc::new(WasmtimeEngine::with_pool(target, pool)?))
 }
@@ -418,8 +426,8 @@ mod tests {
         assert_eq!(hako_engine_wasmtime::PoolConfig::COMPILE_ONLY.slots, 0);
         // What serve, bench and the tests get (no test says otherwise: engines are made once
         // per process, and the tests may share one).
-        assert_eq!(wasmtime_slots(), None);
-        let engine = wasmtime_engine(None, Some(ONE_AT_A_TIME)).unwrap();
+        assert_eq!(wasmtime_pool(), Pool::Default);
+        let engine = wasmtime_engine(None, Pool::Slots(ONE_AT_A_TIME)).unwrap();
         let wasm =
             wat::parse_str(r#"(module (memory (export "memory") 1) (func (export "_start")))"#)
                 .unwrap();
