@@ -209,8 +209,20 @@ impl Subject {
     }
 
     /// Writes `ready`'s artifact where [`Subject::load`] reads it. Returns its size in bytes.
+    /// A module compiled in a worker came from its artifact, which is in place already.
     pub fn write_artifact(&self, ready: &Ready) -> Result<u64, String> {
         match (&self.kind, ready) {
+            (
+                Kind::Host {
+                    config, key, cache, ..
+                },
+                Ready::Host(_),
+            ) if !config.compiles_in_process() => {
+                let path = cache.path(key);
+                std::fs::metadata(&path)
+                    .map(|metadata| metadata.len())
+                    .map_err(|err| format!("reading {}: {err}", path.display()))
+            }
             (Kind::Host { key, cache, .. }, Ready::Host(module)) => cache
                 .write(key, module.as_ref())
                 .map(|written| written.bytes)
