@@ -125,7 +125,8 @@ impl EngineConfig {
     pub fn compiles_in_process(self) -> bool {
         match self.kind {
             EngineKind::Wasmer => self.compiler.compiles_in_process(),
-            EngineKind::Wasmtime => self.kind.available(),
+            // wasmtime has no compile worker: it compiles wherever its build can.
+            EngineKind::Wasmtime => self.compiles_here(),
         }
     }
 
