@@ -160,35 +160,19 @@ fn hako_without_its_llvm_worker_refuses_llvm_compiles_by_name_and_stores_nothing
     assert!(output.status.success(), "{output:?}");
 
     // A server says so as it starts.
-    let mut server = Command::new(&hako)
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("HAKO_STORE", store.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Read on a thread of its own, so that a server that never says it fails the test
-    // instead of hanging it.
-    let stderr = server.stderr.take().unwrap();
-    let (lines, heard) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
-            let Ok(line) = line else { break };
-            if lines.send(line).is_err() {
-                break;
-            }
-        }
+    use crate::serve_support::Server;
+    let log_path = lone.path().join("server.log");
+    let server = Server::start_program(
+        &hako,
+        store.path(),
+        &[],
+        std::fs::File::create(&log_path).unwrap(),
+    );
+    let said = || std::fs::read_to_string(&log_path).unwrap();
+    server.wait_until("it says LLVM uploads will fail", |_| {
+        said().contains("uploads that ask for llvm")
     });
-    let mut said = String::new();
-    while let Ok(line) = heard.recv_timeout(std::time::Duration::from_secs(30)) {
-        said.push_str(&line);
-        said.push('\n');
-        if line.contains("uploads that ask for llvm") {
-            break;
-        }
-    }
-    server.kill().unwrap();
-    server.wait().unwrap();
+    let said = said();
     assert!(
         said.contains(&format!("hako: {missing}"))
             && said.contains(": uploads that ask for llvm will fail"),

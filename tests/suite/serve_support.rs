@@ -142,6 +142,18 @@ impl Server {
         Server::launch(hako(), store, args, env, log)
     }
 
+    /// Like [`Server::start_logging`], with `program` as the `hako` to start (a build with
+    /// LLVM's tests start a `hako` without its worker beside it).
+    #[cfg(feature = "llvm")]
+    pub fn start_program(
+        program: &Path,
+        store: &Path,
+        args: &[&str],
+        log: impl Into<Stdio>,
+    ) -> Server {
+        Server::launch(Command::new(program), store, args, &[], log)
+    }
+
     /// Like [`Server::start_logging`], with at most `descriptors` open descriptors (its soft
     /// and hard limits, set by util-linux's `prlimit`).
     pub fn start_limited(
