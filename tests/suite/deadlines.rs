@@ -1,6 +1,6 @@
-//! Deadlines hold whatever the guest runs: loops of every bulk-memory and table instruction at
-//! sizes up to the memory cap, memory growth, and the same in a start function, each stopped
-//! as `timeout` on every engine configuration, soon after its limit.
+//! Deadlines hold whatever the guest runs: loops and straight-line runs of every bulk-memory and
+//! table instruction at sizes up to the memory cap, memory growth, and the same in a start
+//! function, each stopped as `timeout` on every engine configuration, soon after its limit.
 //!
 //! On wasmer these guests spend nearly all their time in the engine's libcalls and libc's
 //! `memmove`/`memset`, where its interrupt signal must not unwind; before the compiled deadline
@@ -127,6 +127,80 @@ fn a_table_init_loop_is_stopped_by_its_deadline() {
         looping(
             &format!("(table $t {TABLE} funcref) (elem $e func{refs})"),
             "(table.init $t $e (i32.const 0) (i32.const 0) (i32.const 10000))",
+        ),
+    );
+}
+
+/// How many bulk instructions a straight-line body holds: unchecked, each of these runs takes
+/// many seconds (20,000 fills of 64 MiB, or of 65,536 table elements), far past the slack.
+const STRAIGHT: usize = 20_000;
+
+/// A module of `CAP` bytes of memory whose `_start` is `body` written [`STRAIGHT`] times, with
+/// no loop and no call: only the checks after each bulk instruction can stop it.
+fn straight(extra: &str, body: &str) -> Vec<u8> {
+    let pages = CAP >> 16;
+    let run = body.repeat(STRAIGHT);
+    wat::parse_str(format!(
+        r#"(module (memory (export "memory") {pages}) {extra}
+             (func $f)
+             (func (export "_start") {run}))"#
+    ))
+    .unwrap()
+}
+
+#[test]
+fn straight_line_memory_fills_copies_and_inits_are_stopped_by_their_deadline() {
+    let half = CAP / 2;
+    stops_in_time(
+        "straight-line memory.fill",
+        straight(
+            "",
+            &format!("(memory.fill (i32.const 0) (i32.const 7) (i32.const {CAP}))"),
+        ),
+    );
+    stops_in_time(
+        "straight-line memory.copy",
+        straight(
+            "",
+            &format!("(memory.copy (i32.const 0) (i32.const {half}) (i32.const {half}))"),
+        ),
+    );
+    let segment = "\\2a".repeat(1 << 20);
+    stops_in_time(
+        "straight-line memory.init",
+        straight(
+            &format!(r#"(data $d "{segment}")"#),
+            "(memory.init $d (i32.const 0) (i32.const 0) (i32.const 1048576))",
+        ),
+    );
+}
+
+#[test]
+fn straight_line_table_fills_copies_and_inits_are_stopped_by_their_deadline() {
+    let table = format!("(table $t {TABLE} funcref) (elem declare func $f)");
+    let half = TABLE / 2;
+    stops_in_time(
+        "straight-line table.fill",
+        straight(
+            &table,
+            &format!("(table.fill $t (i32.const 0) (ref.func $f) (i32.const {TABLE}))"),
+        ),
+    );
+    stops_in_time(
+        "straight-line table.copy",
+        straight(
+            &table,
+            &format!("(table.copy $t $t (i32.const 0) (i32.const {half}) (i32.const {half}))"),
+        ),
+    );
+    // A passive segment as long as the table: wasmtime copies 10,000 references 20,000 times
+    // within the limit.
+    let refs = " $f".repeat(TABLE as usize);
+    stops_in_time(
+        "straight-line table.init",
+        straight(
+            &format!("(table $t {TABLE} funcref) (elem $e func{refs})"),
+            &format!("(table.init $t $e (i32.const 0) (i32.const 0) (i32.const {TABLE}))"),
         ),
     );
 }

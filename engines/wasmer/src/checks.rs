@@ -9,9 +9,12 @@
 //!
 //! - [`DeadlineChecks`] (a wasmer middleware, given to every compiler) adds one mutable `i32`
 //!   global to the module, exported as [`FLAG_EXPORT`], and puts `global.get $flag (if
-//!   (unreachable))` at the entry of every function and after the start of every `loop`. Every
-//!   path through guest code that can run long passes one of them; a bulk instruction in
-//!   between is bounded by the memory cap.
+//!   (unreachable))` at the entry of every function, after the start of every `loop` and after
+//!   every bulk instruction. Every path through guest code that can run long passes one of
+//!   them: a loop, a call, or a straight run of bulk instructions (a function body of 1 MiB
+//!   holds over 100,000 of them, each of which may touch the whole memory cap). What runs
+//!   between two checks is then one bulk instruction at most, bounded by the memory cap or the
+//!   table bound.
 //! - The module's start function, if any, is taken out of instantiation and exported as
 //!   [`START_EXPORT`], so that it runs after the flag can be reached (wasm's instantiation runs
 //!   it before any export is visible). Nothing can observe the instance in between.
@@ -39,7 +42,7 @@ pub(crate) const FLAG_EXPORT: &str = "\0hako.deadline";
 
 /// How the checks appear in an engine's identity: their version, raised when the code they
 /// emit changes.
-pub(crate) const SETTINGS: &str = "checks=deadline-1";
+pub(crate) const SETTINGS: &str = "checks=deadline-2";
 
 /// The export under which a compiled module carries its start function, if it has one.
 pub(crate) const START_EXPORT: &str = "\0hako.start";
@@ -129,9 +132,18 @@ impl<'a> FunctionMiddleware<'a> for FunctionChecks {
             self.entered = true;
             self.check(state);
         }
-        let is_loop = matches!(operator, Operator::Loop { .. });
+        let checked_after = matches!(
+            operator,
+            Operator::Loop { .. }
+                | Operator::MemoryFill { .. }
+                | Operator::MemoryCopy { .. }
+                | Operator::MemoryInit { .. }
+                | Operator::TableFill { .. }
+                | Operator::TableCopy { .. }
+                | Operator::TableInit { .. }
+        );
         state.push_operator(operator);
-        if is_loop {
+        if checked_after {
             self.check(state);
         }
         Ok(())
