@@ -1,6 +1,8 @@
 //! Reading and writing through file descriptors: `fd_read`, `fd_write`, `fd_pread`,
 //! `fd_pwrite`, `fd_seek` and `fd_tell`. Standard streams go to the caller's [`Stdio`]; files
-//! are charged to the write budget before a byte is written, and read and written a piece
+//! are charged to the write budget before a byte is written — the bytes written and the hole a
+//! write past the end leaves before them, which the file system may fill with blocks (a byte
+//! written every 4 KiB takes a block for each) — and read and written a piece
 //! ([`PIECE_BYTES`]) at a time, the cancel flag looked at before each, so that one call moving
 //! gigabytes still ends soon after the time limit. It does not open files (`path`) nor report
 //! on them (`fd`).
@@ -10,7 +12,7 @@ use super::error::errno::{EBADF, EDQUOT, EINVAL, EISDIR, ENOTCAPABLE, EROFS, ESP
 use super::error::from_io;
 use super::fdtable::{Entry, FileFd};
 use super::memory::{self, IoVec};
-use super::{Cancel, Fail, Stdio, Wasi, PIECE_BYTES};
+use super::{Cancel, Fail, Stdio, Wasi, WriteBudget, PIECE_BYTES};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 
@@ -40,6 +42,18 @@ fn writable_file(entry: &mut Entry, seekable: bool) -> Result<&mut FileFd, Fail>
         Entry::File(file) => Ok(file),
         Entry::Stdin | Entry::Stdout | Entry::Stderr if seekable => Err(Fail::Errno(ESPIPE)),
         _ => Err(Fail::Errno(EBADF)),
+    }
+}
+
+/// Charges `budget` for a write of `total` bytes at `at` in `file`: the bytes, and the hole
+/// between the file's end and `at` (`EDQUOT`, charging nothing, when that does not fit).
+fn charge_write(budget: &WriteBudget, file: &FileFd, at: u64, total: u64) -> Result<(), Fail> {
+    let end = file.file.metadata().map_err(io_fail)?.len();
+    let charge = total.saturating_add(at.saturating_sub(end));
+    if budget.try_charge(charge) {
+        Ok(())
+    } else {
+        Err(Fail::Errno(EDQUOT))
     }
 }
 
@@ -152,12 +166,11 @@ impl<S: Stdio> Wasi<S> {
             }
             entry => {
                 let file = writable_file(entry, false)?;
-                if !self.budget.try_charge(total) {
-                    return Err(Fail::Errno(EDQUOT));
-                }
                 if file.append() {
                     (&file.file).seek(SeekFrom::End(0)).map_err(io_fail)?;
                 }
+                let at = (&file.file).stream_position().map_err(io_fail)?;
+                charge_write(&self.budget, file, at, total)?;
                 for index in 0..count {
                     let IoVec { ptr, len } = memory::iovec(m, iovs, index)?;
                     let bytes = memory::bytes(m, ptr, len)?;
@@ -216,9 +229,7 @@ impl<S: Stdio> Wasi<S> {
         {
             return Err(Fail::Errno(EINVAL));
         }
-        if !self.budget.try_charge(total) {
-            return Err(Fail::Errno(EDQUOT));
-        }
+        charge_write(&self.budget, file, offset, total)?;
         let mut at = offset;
         for index in 0..count {
             let IoVec { ptr, len } = memory::iovec(m, iovs, index)?;
@@ -381,6 +392,46 @@ mod tests {
         assert_eq!(guest.errno(Import::FdPread, &args), 0);
         assert_eq!(&guest.memory[4096..4099], b"aXY");
         assert_eq!(std::fs::read(tmp.path().join("p")).unwrap(), b"aXYdef");
+    }
+
+    #[test]
+    fn a_write_past_the_end_is_charged_for_the_hole_it_leaves() {
+        let tmp = tempfile::tempdir().unwrap();
+        let budget = Arc::new(WriteBudget::new(NODE_BYTES + 10_000));
+        let mut guest = Guest::new(config(
+            vec![preopen("/volume/tmp", tmp.path(), false)],
+            budget.clone(),
+        ));
+        let fd = u64::from(guest.create(3, "sparse").unwrap());
+        guest.put(4096, b"X");
+        guest.put(IOVEC_AT, &4096u32.to_le_bytes());
+        guest.put(IOVEC_AT + 4, &1u32.to_le_bytes());
+        // One byte at 4,095: the hole before it and the byte, 4,096 bytes.
+        let pwrite = |offset: u64| [fd, u64::from(IOVEC_AT), 1, offset, u64::from(RESULT_AT)];
+        assert_eq!(guest.errno(Import::FdPwrite, &pwrite(4095)), 0);
+        assert_eq!(budget.remaining(), 10_000 - 4096);
+        // Inside the file: the byte alone.
+        assert_eq!(guest.errno(Import::FdPwrite, &pwrite(10)), 0);
+        assert_eq!(budget.remaining(), 10_000 - 4097);
+        // A hole past what is left: EDQUOT, nothing charged or written.
+        assert_eq!(guest.errno(Import::FdPwrite, &pwrite(20_000)), EDQUOT);
+        assert_eq!(budget.remaining(), 10_000 - 4097);
+        assert_eq!(
+            std::fs::metadata(tmp.path().join("sparse")).unwrap().len(),
+            4096
+        );
+        // The same through fd_seek and fd_write.
+        let seek = [fd, 8000, 0, u64::from(RESULT_AT)];
+        assert_eq!(guest.errno(Import::FdSeek, &seek), 0);
+        assert_eq!(guest.write(fd as u32, b"Z"), (0, 1));
+        assert_eq!(budget.remaining(), 10_000 - 4097 - (8000 - 4096) - 1);
+        let seek = [fd, 30_000, 0, u64::from(RESULT_AT)];
+        assert_eq!(guest.errno(Import::FdSeek, &seek), 0);
+        assert_eq!(guest.write(fd as u32, b"Z").0, EDQUOT);
+        assert_eq!(
+            std::fs::metadata(tmp.path().join("sparse")).unwrap().len(),
+            8001
+        );
     }
 
     #[test]

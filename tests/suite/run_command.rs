@@ -369,6 +369,72 @@ fn a_dir_is_preopened_at_its_guest_path_and_the_write_budget_holds() {
     assert_eq!(std::fs::read(host.path().join("out.txt")).unwrap(), b"");
 }
 
+/// One byte written every 4 KiB, 100,000 times, with `fd_pwrite` at its offset, then the same
+/// with `fd_seek` and `fd_write`; it exits with the first errno, or 0.
+const SPARSE_GUEST: &str = r#"
+  (data (i32.const 272) "sparse")
+  (data (i32.const 304) "x")
+  (func (export "_start") (local $i i32) (local $errno i32)
+    (if (call $path_open (i32.const 3) (i32.const 1) (i32.const 272) (i32.const 6)
+          (i32.const 9) (i64.const 0x44) (i64.const 0) (i32.const 0) (i32.const 44))
+      (then (call $proc_exit (i32.const 93))))
+    (i32.store (i32.const 0) (i32.const 304))
+    (i32.store (i32.const 4) (i32.const 1))
+    (loop $each
+      (local.set $errno (call $fd_pwrite (i32.load (i32.const 44)) (i32.const 0) (i32.const 1)
+        (i64.mul (i64.extend_i32_u (local.get $i)) (i64.const 4096)) (i32.const 8)))
+      (if (local.get $errno) (then (call $proc_exit (local.get $errno))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $each (i32.lt_u (local.get $i) (i32.const 100000))))
+    (call $proc_exit (i32.const 0)))
+"#;
+
+#[test]
+fn sparse_writes_are_charged_for_the_holes_they_leave_on_every_engine() {
+    let imports = format!(
+        r#"{DIR_IMPORTS}
+  (import "wasi_snapshot_preview1" "fd_pwrite"
+    (func $fd_pwrite (param i32 i32 i32 i64 i32) (result i32)))"#
+    );
+    let (_d, guest) = module_importing("sparse", &imports, SPARSE_GUEST);
+    const BUDGET: u64 = 4 << 20;
+    for config in support::host::configs() {
+        let host = tempfile::tempdir().unwrap();
+        let dir = format!("{}::/volume/tmp", host.path().display());
+        let flags = [
+            "--dir",
+            &dir,
+            "--write-budget",
+            &BUDGET.to_string(),
+            "--engine",
+            config.kind().name(),
+            "--compiler",
+            config.compiler().name(),
+        ];
+        let out = output(hako_run(&flags, &guest, &[]), b"");
+        // EDQUOT is WASI errno 19, met once the holes and bytes pass the budget.
+        assert_eq!(
+            out.status.code(),
+            Some(19),
+            "{config}: {}",
+            text(&out.stderr)
+        );
+        let file = std::fs::metadata(host.path().join("sparse")).unwrap();
+        assert!(
+            file.len() <= BUDGET,
+            "{config}: a file of {} bytes",
+            file.len()
+        );
+        // What the file system holds of it, too (blocks of 512 bytes).
+        use std::os::unix::fs::MetadataExt;
+        assert!(
+            file.blocks() * 512 <= BUDGET + 8192,
+            "{config}: {} blocks",
+            file.blocks()
+        );
+    }
+}
+
 #[test]
 fn a_missing_dir_is_a_usage_error_naming_it() {
     let (_d, guest) = module_importing("dir", DIR_IMPORTS, DIR_GUEST);
