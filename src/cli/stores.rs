@@ -159,11 +159,12 @@ impl Opened {
 
     /// After a version was stored in the store (the cache, on a bucket) with the artifacts
     /// `artifacts`: publishes it to the bucket, signed by `signer`, where the result is what
-    /// counts.
+    /// counts. `previous` is the version the cache offered before: it offers it again when the
+    /// bucket refuses the new one.
     pub fn publish(
         &self,
         name: &str,
-        stored: PutResult,
+        (previous, stored): (Option<String>, PutResult),
         artifacts: &[String],
         signer: Option<&SigningKey>,
     ) -> Result<PutResult, Failure> {
@@ -182,7 +183,15 @@ impl Opened {
                 &self.store,
                 artifacts,
                 signer,
+                &remote.trust.keys,
             ))
-            .map_err(|err| Failure::Host(err.into()))
+            .map_err(|err| {
+                if let Err(undo) = self.store.restore_current(name, previous.as_deref()) {
+                    super::note(&format!(
+                        "{name}: undoing an upload that was not published: {undo}"
+                    ));
+                }
+                Failure::Host(err.into())
+            })
     }
 }

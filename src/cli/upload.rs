@@ -66,6 +66,8 @@ pub fn run(args: UploadArgs) -> Result<(), Failure> {
         configs,
         targets: args.targets.clone(),
     };
+    // What the cache offered before, offered again when the bucket refuses this version.
+    let previous = store.current_version(&package.manifest.name).ok();
     let mut uploaded = match upload::upload(store, &package, &options) {
         Ok(uploaded) => uploaded,
         Err(err @ UploadError::Target { .. }) => return Err(Failure::Usage(err.to_string())),
@@ -92,7 +94,12 @@ pub fn run(args: UploadArgs) -> Result<(), Failure> {
         }
     };
     let files: Vec<String> = uploaded.artifacts.iter().map(|a| a.file.clone()).collect();
-    uploaded.put = opened.publish(&uploaded.name, uploaded.put, &files, signer.as_ref())?;
+    uploaded.put = opened.publish(
+        &uploaded.name,
+        (previous, uploaded.put),
+        &files,
+        signer.as_ref(),
+    )?;
     for message in &uploaded.notes {
         note(message);
     }

@@ -264,6 +264,7 @@ impl Follower {
                 &self.cache,
                 artifacts,
                 self.config.signer.as_deref(),
+                &self.config.trust.keys,
             )
             .await
         }

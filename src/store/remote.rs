@@ -220,12 +220,18 @@ fn version_files(dir: &Path) -> Result<Vec<(String, PathBuf)>, StoreError> {
 /// in the cache's artifact folder, to `bucket`, signed by `signer` when given, and makes it
 /// what the package offers, noting in `cache` which record it is. The same version with
 /// another module in the bucket is refused, as in a local store.
+///
+/// The new pointer's sequence follows the bucket's pointer only when that one is signed by a
+/// key in `trust` or by `signer` itself (any pointer, where neither names a key: nothing is
+/// signed then), and always the one `cache` holds for this bucket. So a writer of the bucket
+/// without a key cannot push the sequence to its end and freeze the package.
 pub async fn publish(
     bucket: &Bucket,
     stored: &StoredPackage,
     cache: &Store,
     artifacts: &[String],
     signer: Option<&SigningKey>,
+    trust: &TrustedKeys,
 ) -> Result<PutResult, RemoteError> {
     let name = &stored.record.name;
     let version = &stored.record.version;
@@ -278,17 +284,21 @@ pub async fn publish(
             .await?;
     }
     // Past the pointer this cache last held too, should the bucket's be older (put back).
-    let held = held_pointer(cache, name);
+    let held = held_pointer(cache, bucket, name);
+    let followed = match signer {
+        Some(signer) => trust.clone().with_signer(signer),
+        None => trust.clone(),
+    };
     let pointer = swap_pointer(
         bucket,
         name,
         (version, &sha256_hex(&record_bytes)),
-        held.as_ref().map_or(0, |held| held.sequence),
+        (held.as_ref().map_or(0, |held| held.sequence), &followed),
         signer,
     )
     .await?;
     cache.note_record(name, version, &pointer.record_sha256)?;
-    note_pointer(cache, name, &pointer, held.as_ref())?;
+    note_pointer(cache, bucket, name, &pointer, held.as_ref())?;
     Ok(put)
 }
 
@@ -304,25 +314,27 @@ async fn put_blob(bucket: &Bucket, path: &Path) -> Result<String, RemoteError> {
 }
 
 /// Points `name` at `version` (whose record has the digest `record_sha256`) by
-/// compare-and-swap, one sequence past the pointer it replaces (and past `held`, the one the
-/// writer's cache holds) and signed by `signer` when given, trying again while other writers
-/// win. Returns the pointer written.
+/// compare-and-swap, one sequence past the pointer it replaces when `followed` vouches for it
+/// ([`follows`]), and past `held`, the one the writer's cache holds; signed by `signer` when
+/// given, trying again while other writers win. Returns the pointer written.
 async fn swap_pointer(
     bucket: &Bucket,
     name: &str,
     (version, record_sha256): (&str, &str),
-    held: u64,
+    (held, followed): (u64, &TrustedKeys),
     signer: Option<&SigningKey>,
 ) -> Result<Pointer, RemoteError> {
     let key = pointer_key(name);
     for _ in 0..MAX_SWAPS {
         let read = bucket.read(&key, None).await?;
-        // A pointer that cannot be read counts as none: the new one starts the sequence again,
-        // which nodes that held a later one refuse (they keep what they hold).
+        // A pointer that cannot be read, or that no key vouches for, counts as none: the new
+        // one follows what this writer held, which nodes that held a later one refuse (they
+        // keep what they hold).
         let previous = match &read {
             Read::Found { bytes, .. } => serde_json::from_slice::<Pointer>(bytes)
-                .map(|pointer| pointer.sequence)
-                .unwrap_or(0),
+                .ok()
+                .filter(|pointer| follows(pointer, name, followed))
+                .map_or(0, |pointer| pointer.sequence),
             Read::Missing | Read::NotModified => 0,
         };
         // A sequence at its end (a bucket writer can put any number there) is refused, not
@@ -332,7 +344,9 @@ async fn swap_pointer(
                 url: bucket.url(),
                 key,
                 reason: format!(
-                    "the pointer's sequence is {}, past which none can follow",
+                    "the pointer's sequence is {}, past which none can follow (a key that signs \
+                     for this store signed it: see \"A pointer at the end of its sequence\" in \
+                     the README)",
                     u64::MAX
                 ),
             });
@@ -368,15 +382,34 @@ async fn swap_pointer(
     })
 }
 
-/// The pointer `cache` last moved `name` to, if it keeps one.
-pub fn held_pointer(cache: &Store, name: &str) -> Option<HeldPointer> {
-    let bytes = cache.noted(name, "pointer")?;
+/// Whether a writer's next pointer follows `pointer`'s sequence: when a key of `keys` signed
+/// it, or when `keys` names none (where nothing is signed, every pointer counts).
+fn follows(pointer: &Pointer, name: &str, keys: &TrustedKeys) -> bool {
+    keys.is_empty()
+        || pointer.signature.as_ref().is_some_and(|signature| {
+            keys.verify_signature(&pointer.signed_bytes(name), signature)
+                .is_ok()
+        })
+}
+
+/// The name of the note in which a cache keeps the pointer it holds of a package in `bucket`:
+/// one per store (URL and prefix), since one cache may serve many stores, and a pointer of one
+/// says nothing of another's.
+fn pointer_note(bucket: &Bucket) -> String {
+    format!("pointer-{}", &sha256_hex(bucket.url().as_bytes())[..16])
+}
+
+/// The pointer `cache` last moved `name` to in `bucket`, if it keeps one.
+pub fn held_pointer(cache: &Store, bucket: &Bucket, name: &str) -> Option<HeldPointer> {
+    let bytes = cache.noted(name, &pointer_note(bucket))?;
     serde_json::from_slice(&bytes).ok()
 }
 
-/// Keeps `pointer` as the one `cache` holds for `name`, unless it is `held`, the one it held.
+/// Keeps `pointer` as the one `cache` holds for `name` in `bucket`, unless it is `held`, the
+/// one it held.
 fn note_pointer(
     cache: &Store,
+    bucket: &Bucket,
     name: &str,
     pointer: &Pointer,
     held: Option<&HeldPointer>,
@@ -392,7 +425,7 @@ fn note_pointer(
     let held = held_now;
     cache.note(
         name,
-        "pointer",
+        &pointer_note(bucket),
         &serde_json::to_vec(&held).expect("pointers always serialize"),
     )
 }
@@ -423,7 +456,7 @@ fn check_pointer(
             });
         }
     }
-    let Some(held) = held_pointer(cache, name) else {
+    let Some(held) = held_pointer(cache, bucket, name) else {
         return Ok(None);
     };
     let same = pointer.version == held.version && pointer.record_sha256 == held.record_sha256;
@@ -549,7 +582,7 @@ pub async fn sync_to(
     let held = cache.version(name, &pointer.version).ok();
     if let Some(held) = &held {
         if cache.noted_record(name, &pointer.version).as_deref() == Some(&pointer.record_sha256) {
-            note_pointer(cache, name, pointer, holding.as_ref())?;
+            note_pointer(cache, bucket, name, pointer, holding.as_ref())?;
             return Ok(Synced {
                 stored: offer(held.clone())?,
                 fetched: false,
@@ -656,7 +689,7 @@ pub async fn sync_to(
         }
     };
     cache.note_record(name, &pointer.version, &pointer.record_sha256)?;
-    note_pointer(cache, name, pointer, holding.as_ref())?;
+    note_pointer(cache, bucket, name, pointer, holding.as_ref())?;
     Ok(Synced {
         fetched: fetched_now,
         stored: offer(stored)?,

@@ -168,6 +168,20 @@ impl TrustedKeys {
         Ok(Self { keys })
     }
 
+    /// These keys and `signer`'s public key.
+    pub fn with_signer(mut self, signer: &SigningKey) -> Self {
+        let public: [u8; 32] = signer
+            .pair
+            .public_key()
+            .as_ref()
+            .try_into()
+            .expect("an ed25519 public key is 32 bytes");
+        if !self.keys.contains(&public) {
+            self.keys.push(public);
+        }
+        self
+    }
+
     /// Whether no key is trusted.
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()

@@ -824,15 +824,59 @@ fn a_pointer_older_than_the_one_held_is_refused_and_under_require_signed_so_is_a
         "{logged}"
     );
 
-    // A sequence at its end, as a bucket writer may put there: the next upload is refused with
-    // the reason, never wrapped round to an older number.
-    let mut last = old.clone();
+    // A pointer that a writer of the bucket without the key put there, at the sequence's
+    // end: uploads number past what their own cache held for this store, not past it, and a
+    // --require-signed node serves each of them in turn.
+    let mut frozen = old.clone();
+    frozen.sequence = u64::MAX - 1;
+    frozen.signature = None;
+    put_pointer(&seaweed, "rollback", &serde_json::to_vec(&frozen).unwrap());
+    for (version, sequence) in [("1.3.0", 4), ("1.4.0", 5)] {
+        upload(version);
+        let next: Pointer = serde_json::from_slice(&pointer_bytes()).unwrap();
+        assert_eq!((next.version.as_str(), next.sequence), (version, sequence));
+        let (call, _) = call_json(&seaweed, "rollback", node.path(), &strict);
+        assert_eq!(call["outcome"], "ok", "{call}");
+        assert_eq!(cached_version(node.path()), version);
+    }
+
+    // A signed pointer at the sequence's end (only a holder of a key can put one there): the
+    // next upload is refused with the reason, never wrapped round to an older number, and the
+    // uploader's cache offers what it offered before.
+    let signer = hako::store::signing::SigningKey::read(Path::new(&private)).unwrap();
+    let mut last: Pointer = serde_json::from_slice(&pointer_bytes()).unwrap();
     last.sequence = u64::MAX;
+    last.signature = Some(signer.sign(&last.signed_bytes("greet")));
     put_pointer(&seaweed, "rollback", &serde_json::to_vec(&last).unwrap());
-    let out = try_upload("1.3.0");
+    let out = try_upload("1.5.0");
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("past which none can follow"), "{stderr}");
+    assert_eq!(cached_version(uploader.path()), "1.4.0");
+
+    // What the uploader's cache holds of this store says nothing of another: the same cache
+    // uploads greet to a fresh prefix from sequence 1.
+    let package = greet_version("1.5.0");
+    succeeded(&hako(
+        &seaweed,
+        "rollback-other",
+        uploader.path(),
+        &[
+            "upload",
+            support::arg(package.path()),
+            "--signing-key",
+            &private,
+        ],
+    ));
+    let (runtime, other) = seaweed.bucket("rollback-other");
+    let Read::Found { bytes, .. } = runtime
+        .block_on(other.read("packages/greet/current", None))
+        .unwrap()
+    else {
+        panic!("no pointer in the other prefix");
+    };
+    let first: Pointer = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!((first.version.as_str(), first.sequence), ("1.5.0", 1));
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(
