@@ -168,6 +168,7 @@ fn greet_stdout_bytes() -> u64 {
                 policy: Arc::new(PackagePolicy::default()),
                 broker: Arc::new(NoBroker),
             },
+            gate: None,
         },
         CallStats::default(),
     )

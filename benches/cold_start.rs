@@ -85,6 +85,7 @@ fn greet(module: &Arc<dyn Module>, network: &Network) {
             limits: Limits::CALL,
             mounts: Mounts::fresh(None),
             network: network.clone(),
+            gate: None,
         },
         CallStats::default(),
     )

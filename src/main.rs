@@ -32,13 +32,21 @@ fn main() -> ExitCode {
             )
         }));
     }
+    let cli = Cli::parse();
+    let logging = cli.logging();
     let filter = tracing_subscriber::EnvFilter::try_from_env("HAKO_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(logging.default_filter));
+    // Colours only for a terminal: a log file or journal gets plain text.
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-    match cli::run(Cli::parse()) {
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    if logging.json {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
+    match cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Host(err)) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(failure) => {

@@ -2,9 +2,9 @@
 //! own loop ([`hako::serve::stdio::serve`]: its line framing, then `mcp::dispatch`) for a
 //! package stored in a temporary store, and every line that comes out is checked.
 //!
-//! No guest runs: the package's module is never compiled, and the guest pool is closed before
-//! the first message, so a `tools/call` is answered at once with the busy error (`-32000`)
-//! instead of waiting for a guest thread. Everything before the pool (parsing, ids,
+//! No guest runs: the package's module is never compiled, and the call threads are closed
+//! before the first message, so a `tools/call` is answered at once with the busy error
+//! (`-32000`) instead of running. Everything before them (parsing, ids,
 //! notifications, revisions, `initialize`, `server/discover`, `tools/list`, a tool's lookup)
 //! runs as in a server.
 
@@ -17,10 +17,12 @@ use std::task::{Context, Poll};
 use hako::engines::EngineConfig;
 use hako::http::{NoBroker, Policy};
 use hako::package::validate_tools;
-use hako::serve::calls::{Calls, LimitCaps};
+use hako::serve::admission::Admission;
+use hako::serve::calls::{Calls, Execution, LimitCaps};
 use hako::serve::mcp::code;
-use hako::serve::pool::GuestPool;
+use hako::serve::permits::RunPermits;
 use hako::serve::stdio;
+use hako::serve::threads::CallThreads;
 use hako::store::Store;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -54,7 +56,7 @@ pub struct StdioServer {
 
 impl StdioServer {
     /// Stores [`PACKAGE`] (one tool, `greet`) in a fresh temporary store, without compiling
-    /// it, and closes the guest pool.
+    /// it, and closes the call threads.
     pub fn new() -> StdioServer {
         let store_dir = tempfile::tempdir().expect("a temporary store folder");
         let source = store_dir.path().join("source");
@@ -86,13 +88,17 @@ impl StdioServer {
         store
             .put(&package, &tools, &[])
             .expect("the package is stored");
-        let pool = GuestPool::new(1, 1, 1 << 20).expect("a guest thread");
-        pool.close_and_join();
+        let execution = Execution {
+            admission: Admission::new(1),
+            threads: CallThreads::new(1, 1 << 20),
+            permits: RunPermits::new(1),
+        };
+        execution.threads.close_and_join();
         let calls = Calls::new(
             store,
             Policy::empty(),
             EngineConfig::DEFAULT,
-            pool,
+            execution,
             1,
             Arc::new(NoBroker),
             LimitCaps::default(),

@@ -319,6 +319,7 @@ fn host_call(
         limits: Limits::CALL,
         mounts: Mounts::fresh(workload.assets.clone()),
         network: network.clone(),
+        gate: None,
     };
     let outcome = call::call_tool_answer_first(module, instance, request, CallStats::default())
         .map(|(outcome, teardown)| {

@@ -115,7 +115,7 @@ pub fn run_command(
     command: Command,
     streams: Streams,
 ) -> Result<CommandExit, RunError> {
-    let bounds = Bounds::start(command.limits);
+    let bounds = Bounds::start(command.limits, None);
     let mut volume = VolumeDirs::none();
     let mut preopens = Vec::with_capacity(command.mounts.len());
     for mount in command.mounts {

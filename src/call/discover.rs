@@ -125,6 +125,7 @@ pub fn discover(
         Limits::DISCOVERY,
         &mounts,
         &network,
+        None,
         conversation,
     )?;
     if let Some(crash) = ran.crash.clone() {

@@ -25,6 +25,7 @@ pub use runner::{Limits, Mounts, Network, RunError, VolumeTmp};
 pub use session::{STDERR_TAIL, STDOUT_LIMIT};
 
 use crate::protocol::{self, CallResult, RequestId, ResultError, ShownBlock};
+use crate::sandbox::RunGate;
 use session::{Conversation, Next};
 
 /// The one request of a tool call, and its answer once given.
@@ -70,6 +71,8 @@ pub struct ToolRequest<'a> {
     pub limits: Limits,
     pub mounts: Mounts,
     pub network: Network,
+    /// What the run gives up while its host calls wait (a server's run permit); none alone.
+    pub gate: Option<Arc<dyn RunGate>>,
 }
 
 /// An instance of a module made ahead of its call ([`Module::prepare`]), in the background of
@@ -139,9 +142,11 @@ pub fn call_tool_answer_first(
         request.limits,
         &request.mounts,
         &request.network,
+        request.gate,
         conversation,
     )?;
     stats.run_us = ran.run_us;
+    stats.wait_us = ran.wait_us;
     stats.memory_bytes = ran.memory_bytes;
     let teardown = match unused {
         Some(unused) => Teardown::new((std::mem::take(&mut ran.teardown), unused)),

@@ -109,6 +109,11 @@ pub struct CallStats {
     /// Microseconds from instantiation (or, on an instance made ahead, from the start of the
     /// run) to the guest's exit.
     pub run_us: u64,
+    /// Microseconds of `run_us` that the guest's host calls waited on something outside it
+    /// (sleeps, the broker's answers).
+    pub wait_us: u64,
+    /// Microseconds the call waited for a run permit of its package, in a server (0 elsewhere).
+    pub queue_us: u64,
     /// Whether the call ran on an instance made ahead of it ([`super::ReadyInstance`]).
     pub ready: bool,
     /// Bytes the guest wrote to stdout.
@@ -151,6 +156,13 @@ impl CallOutcome {
 
     /// The figures of the call.
     pub fn stats(&self) -> &CallStats {
+        match self {
+            CallOutcome::Answered { stats, .. } | CallOutcome::Crashed { stats, .. } => stats,
+        }
+    }
+
+    /// The call's figures, to fill in.
+    pub fn stats_mut(&mut self) -> &mut CallStats {
         match self {
             CallOutcome::Answered { stats, .. } | CallOutcome::Crashed { stats, .. } => stats,
         }

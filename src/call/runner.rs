@@ -18,7 +18,9 @@ use super::deadline::{CallTimer, DeadlineKind};
 use super::outcome::{Crash, CrashKind};
 use super::session::{Conversation, Session};
 use crate::http::{Broker, HttpImports, PackagePolicy, VolumeDirs, VolumeRoot};
-use crate::sandbox::{Cancel, Preopen, PreopenDir, SandboxConfig, Stdio, Wasi, WriteBudget};
+use crate::sandbox::{
+    Cancel, Preopen, PreopenDir, RunGate, SandboxConfig, Stdio, Waits, Wasi, WriteBudget,
+};
 
 /// The limits of one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,6 +129,8 @@ pub struct Ran<C> {
     pub crash: Option<Crash>,
     pub session: Session<C>,
     pub run_us: u64,
+    /// How long the run's host calls waited outside the guest.
+    pub wait_us: u64,
     pub memory_bytes: u64,
     /// The instance and memory the run left; see [`Teardown`].
     pub teardown: Teardown,
@@ -184,13 +188,15 @@ pub enum Instance<'a> {
 }
 
 /// What bounds one run, made when it starts: its deadline, the cancel flag the deadline
-/// timer sets, the timer, and the write budget its files and HTTP outputs share.
+/// timer sets, the timer, the write budget its files and HTTP outputs share, and what it gives
+/// up while its host calls wait.
 pub(super) struct Bounds {
     pub started: Instant,
     pub deadline: Instant,
     pub cancel: Arc<Cancel>,
     pub timer: Arc<CallTimer>,
     pub budget: Arc<WriteBudget>,
+    pub waits: Arc<Waits>,
     pub limits: Limits,
 }
 
@@ -212,8 +218,8 @@ pub(super) struct HostRun<S> {
 }
 
 impl Bounds {
-    /// Starts the clock of a run under `limits`.
-    pub fn start(limits: Limits) -> Bounds {
+    /// Starts the clock of a run under `limits`, which gives `gate` up while it waits.
+    pub fn start(limits: Limits, gate: Option<Arc<dyn RunGate>>) -> Bounds {
         let started = Instant::now();
         let deadline = started + limits.timeout;
         let cancel = Arc::new(Cancel::new());
@@ -224,6 +230,7 @@ impl Bounds {
             cancel,
             timer,
             budget: Arc::new(WriteBudget::new(limits.write_budget)),
+            waits: Arc::new(Waits::new(gate, Some(deadline))),
             limits,
         }
     }
@@ -245,6 +252,7 @@ impl Bounds {
                 budget: Arc::clone(&self.budget),
                 cancel: Arc::clone(&self.cancel),
                 deadline: Some(self.deadline),
+                waits: Arc::clone(&self.waits),
             },
             stdio,
         );
@@ -255,7 +263,8 @@ impl Bounds {
             Some(self.deadline),
         )
         .with_volume(sandbox.volume)
-        .with_cancel(Arc::clone(&self.cancel));
+        .with_cancel(Arc::clone(&self.cancel))
+        .with_waits(Arc::clone(&self.waits));
         let prepared = match instance {
             Instance::Fresh(module) => module.prepare(self.limits.run_limits()),
             Instance::Made(prepared) => prepared,
@@ -382,16 +391,18 @@ fn skills_root(skills: &[(String, PathBuf)]) -> Result<(Dir, tempfile::TempDir),
     Ok((dir, root))
 }
 
-/// Runs `instance` once with `conversation` on its stdin.
+/// Runs `instance` once with `conversation` on its stdin, giving `gate` up while its host calls
+/// wait.
 pub fn run<C: Conversation + 'static>(
     instance: Instance<'_>,
     program: &str,
     limits: Limits,
     mounts: &Mounts,
     network: &Network,
+    gate: Option<Arc<dyn RunGate>>,
     conversation: C,
 ) -> Result<Ran<C>, RunError> {
-    let bounds = Bounds::start(limits);
+    let bounds = Bounds::start(limits, gate);
     let (preopens, volume, skills_folder) = preopens(mounts)?;
     let session = Session::new(conversation, Arc::clone(&bounds.timer));
     let sandbox = Sandbox {
@@ -410,6 +421,7 @@ pub fn run<C: Conversation + 'static>(
         crash,
         session,
         run_us,
+        wait_us: bounds.waits.waited_us(),
         memory_bytes: ran.memory_bytes,
         teardown: ran.teardown,
         volume,

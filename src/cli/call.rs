@@ -163,6 +163,7 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
             skills: args.skills.clone(),
         },
         network,
+        gate: None,
     };
     let stats = CallStats {
         compiled: loaded.source == Source::Compiled,

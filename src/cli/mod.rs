@@ -64,6 +64,32 @@ enum Command {
     Run(run::RunArgs),
 }
 
+/// How the process logs (to stderr): the filter used when `HAKO_LOG` sets none, and whether
+/// each line is a JSON object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Logging {
+    pub default_filter: &'static str,
+    pub json: bool,
+}
+
+impl Cli {
+    /// How this command logs: warnings and errors; `hako serve` also writes a line per call
+    /// (the access record, target `hako::access`) and what it says as it starts
+    /// (`hako::startup`), as text or JSON (`--log-format`).
+    pub fn logging(&self) -> Logging {
+        match &self.command {
+            Command::Serve(args) => Logging {
+                default_filter: "warn,hako::access=info,hako::startup=info",
+                json: args.logs_json(),
+            },
+            _ => Logging {
+                default_filter: "warn",
+                json: false,
+            },
+        }
+    }
+}
+
 /// How a command failed, and so which exit status it gets.
 #[derive(Debug, thiserror::Error)]
 pub enum Failure {

@@ -60,20 +60,23 @@ pub struct ServeArgs {
     /// The compiler whose code runs (default: cranelift).
     #[arg(long, value_parser = engines::parse_compiler)]
     compiler: Option<Compiler>,
-    /// Guest threads, the calls that run at once (default: one per core; at most 1024).
+    /// Run permits of each package: how many of one package's calls compute at once; a call
+    /// waiting in a host call (a sleep, an HTTP answer) holds none, and other packages' calls
+    /// have permits of their own (default: one per core; at most 1024).
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
-    /// Accepted calls that may wait for a guest thread; beyond it, 503 (default: 64 per thread).
+    /// Calls in flight, every package together, each on a thread of its own; beyond, 503 with
+    /// Retry-After (default: 1024; at most 16384).
     #[arg(long, value_name = "N")]
-    queue: Option<usize>,
+    max_calls: Option<usize>,
     /// Instances made ahead of their calls, held at most at once: after a call's answer is
-    /// sent, its guest thread instantiates the module it ran for its next call (no guest code
-    /// runs in it until that call), while fewer than N are held; a call of another module or
-    /// other limits drops it (default: one per guest thread; 0: none; at most --workers).
+    /// sent, its thread instantiates the module it ran for its next call (no guest code runs
+    /// in it until that call), while fewer than N are held; a call of another module or other
+    /// limits drops it (default: --workers; 0: none; at most --max-calls).
     #[arg(long, value_name = "N")]
     ready_instances: Option<usize>,
     /// Front-end threads, which take connections, parse requests and write answers beside
-    /// the guest threads (default: one per two cores, at least one; at most 1024).
+    /// the call threads (default: one per two cores, at least one; at most 1024).
     #[arg(long, value_name = "N")]
     http_threads: Option<usize>,
     /// The largest JSON request body, in bytes (default: 4 MiB).
@@ -125,19 +128,32 @@ pub struct ServeArgs {
     /// Serve one package as an MCP server over stdin and stdout instead of HTTP.
     #[arg(long, value_name = "PACKAGE|NAME")]
     stdio: Option<String>,
+    /// How log lines, the per-call access record among them, are written to stderr: `text`,
+    /// or `json` (one JSON object a line) (default: text).
+    #[arg(long, value_name = "FORMAT", value_parser = ["text", "json"], default_value = "text")]
+    log_format: String,
 }
 
-/// The most threads `--workers` or `--http-threads` may ask for: far past any machine's cores,
-/// and small enough that the queue derived from it (64 calls a thread) cannot overflow.
+impl ServeArgs {
+    /// Whether log lines are JSON objects (`--log-format json`).
+    pub fn logs_json(&self) -> bool {
+        self.log_format == "json"
+    }
+}
+
+/// The most threads `--workers` or `--http-threads` may ask for: far past any machine's cores.
 const MAX_THREADS: usize = 1024;
 
-/// A thread count given with `flag`, refused outside 1..=[`MAX_THREADS`].
-fn thread_count(flag: &str, count: usize) -> Result<usize, Failure> {
-    if (1..=MAX_THREADS).contains(&count) {
+/// The most calls in flight `--max-calls` may allow: each has a thread and an instance.
+const MAX_CALLS: usize = 16384;
+
+/// A count given with `flag`, refused outside 1..=`max`.
+fn count_in(flag: &str, count: usize, max: usize) -> Result<usize, Failure> {
+    if (1..=max).contains(&count) {
         Ok(count)
     } else {
         Err(Failure::Usage(format!(
-            "{flag} must be at least 1 and at most {MAX_THREADS}, not {count}"
+            "{flag} must be at least 1 and at most {max}, not {count}"
         )))
     }
 }
@@ -185,28 +201,24 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
     config.engine = EngineConfig::new(args.engine, args.compiler)
         .map_err(|err| Failure::Usage(err.to_string()))?;
     if let Some(workers) = args.workers {
-        config.workers = thread_count("--workers", workers)?;
-        config.queue = workers * 64;
+        config.workers = count_in("--workers", workers, MAX_THREADS)?;
         config.ready_instances = workers;
     }
+    if let Some(calls) = args.max_calls {
+        config.max_calls = count_in("--max-calls", calls, MAX_CALLS)?;
+    }
     if let Some(ready) = args.ready_instances {
-        if ready > config.workers {
+        if ready > config.max_calls {
             return Err(Failure::Usage(format!(
-                "--ready-instances must be at most the {} guest threads (--workers), not {ready}: \
-                 each holds at most one",
-                config.workers
+                "--ready-instances must be at most the {} calls in flight (--max-calls), not \
+                 {ready}: each call's thread holds at most one",
+                config.max_calls
             )));
         }
         config.ready_instances = ready;
     }
     if let Some(threads) = args.http_threads {
-        config.http_threads = thread_count("--http-threads", threads)?;
-    }
-    if let Some(queue) = args.queue {
-        if queue == 0 {
-            return Err(Failure::Usage("--queue must be at least 1".into()));
-        }
-        config.queue = queue;
+        config.http_threads = count_in("--http-threads", threads, MAX_THREADS)?;
     }
     if let Some(bytes) = args.max_body {
         config.max_body_bytes = bytes;
@@ -284,12 +296,21 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
             ),
             None => config.store.display().to_string(),
         };
+        // With JSON logs every line on stderr is a JSON object, these too.
+        let json = args.logs_json();
+        let say = move |message: &str| {
+            if json {
+                tracing::info!(target: "hako::startup", "{message}");
+            } else {
+                note(message);
+            }
+        };
         return serve::run_http(config, |addr| {
             // The one line on stdout: scripts and tests read the bound port from it.
             println!("hako: listening on http://{addr}");
-            note(&format!("serving the store {store}"));
+            say(&format!("serving the store {store}"));
             if let Some(why) = crate::compile::llvm_worker_missing() {
-                note(&format!("{why}: uploads that ask for llvm will fail"));
+                say(&format!("{why}: uploads that ask for llvm will fail"));
             }
         })
         .map_err(failure);

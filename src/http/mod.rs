@@ -39,7 +39,7 @@ use std::time::Instant;
 
 use hako_engine_api::Import;
 
-use crate::sandbox::{Cancel, WriteBudget};
+use crate::sandbox::{Cancel, Waits, WriteBudget};
 
 pub use allowlist::{Allowlist, HostPattern};
 pub use answer::{Answer, ErrorKind, HttpError};
@@ -65,6 +65,8 @@ pub struct HttpImports {
     ctx: SendContext,
     broker: Arc<dyn Broker>,
     held: Option<Vec<u8>>,
+    /// What the run gives up while the broker's answer is awaited.
+    waits: Arc<Waits>,
 }
 
 impl HttpImports {
@@ -86,7 +88,14 @@ impl HttpImports {
             },
             broker,
             held: None,
+            waits: Arc::new(Waits::default()),
         }
+    }
+
+    /// The imports giving up what `waits`' run holds while the broker's answer is awaited.
+    pub fn with_waits(mut self, waits: Arc<Waits>) -> Self {
+        self.waits = waits;
+        self
     }
 
     /// The imports with `volume` as the folders of `file` bodies and outputs (none by default).
@@ -207,7 +216,8 @@ impl HttpImports {
             }
             request.timeout = Some(request.timeout.map_or(left, |asked| asked.min(left)));
         }
-        self.broker.send(&request, &credentials, &self.ctx)
+        self.waits
+            .wait(|| self.broker.send(&request, &credentials, &self.ctx))
     }
 }
 

@@ -9,7 +9,7 @@
 //! opened on first use, so a call that never touches a directory pays nothing for it.
 //!
 //! ```
-//! use hako::sandbox::{Cancel, SandboxConfig, Stdio, Wasi, WriteBudget};
+//! use hako::sandbox::{Cancel, SandboxConfig, Stdio, Waits, Wasi, WriteBudget};
 //! use hako_engine_api::{Import, Stop};
 //! use std::sync::Arc;
 //!
@@ -32,6 +32,7 @@
 //!     budget: Arc::new(WriteBudget::new(1 << 30)),
 //!     cancel: Arc::new(Cancel::new()),
 //!     deadline: None,
+//!     waits: Arc::new(Waits::default()),
 //! };
 //! let mut wasi = Wasi::new(config, Collect(Vec::new()));
 //! // One ciovec at 0 naming the 3 bytes at 16; the count written goes to 8.
@@ -56,10 +57,12 @@ mod poll;
 mod process;
 #[cfg(test)]
 mod testkit;
+mod wait;
 
 pub use budget::WriteBudget;
 pub use cancel::Cancel;
 pub use error::errno;
+pub use wait::{RunGate, Waits};
 
 /// The most bytes one piece of a host call's work moves (a file read or write, `random_get`)
 /// before the call looks at the cancel flag again: a guest can ask one host call to move
@@ -119,6 +122,8 @@ pub struct SandboxConfig {
     pub cancel: Arc<Cancel>,
     /// `poll_oneoff` sleeps never go past it.
     pub deadline: Option<Instant>,
+    /// What the run gives up while a host call sleeps, and how long it waited.
+    pub waits: Arc<Waits>,
 }
 
 /// What fds 0, 1, 2 are: the call runner implements this (the protocol lives there).
@@ -166,6 +171,7 @@ pub struct Wasi<S: Stdio> {
     budget: Arc<WriteBudget>,
     cancel: Arc<Cancel>,
     deadline: Option<Instant>,
+    waits: Arc<Waits>,
     stdio: S,
 }
 
@@ -179,6 +185,7 @@ impl<S: Stdio> Wasi<S> {
             budget: config.budget,
             cancel: config.cancel,
             deadline: config.deadline,
+            waits: config.waits,
             stdio,
         }
     }
@@ -302,7 +309,10 @@ impl<S: Stdio> Wasi<S> {
             PollOneoff => self.poll_oneoff(m, a.u32(0), a.u32(1), a.u32(2), a.u32(3)),
             ProcExit => Err(Fail::Stop(Stop::Exit(a.u32(0)))),
             ProcRaise => Err(Fail::Errno(errno::ENOSYS)),
-            SchedYield => Ok(()),
+            SchedYield => {
+                self.waits.yield_now();
+                Ok(())
+            }
             RandomGet => process::random_get(m, a.u32(0), a.u32(1), &self.cancel),
             SockAccept | SockRecv | SockSend | SockShutdown => {
                 self.fds.get(a.u32(0))?;

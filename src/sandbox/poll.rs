@@ -130,7 +130,8 @@ impl<S: Stdio> Wasi<S> {
                     let until = self
                         .deadline
                         .map_or(wakeup, |deadline| deadline.min(wakeup));
-                    if self.cancel.sleep_until(until) || until < wakeup {
+                    let cancel = &self.cancel;
+                    if self.waits.wait(|| cancel.sleep_until(until)) || until < wakeup {
                         // Cancelled, or the call's time ran out before the clock: the run is
                         // over either way.
                         return Err(Fail::Stop(Stop::Abort));

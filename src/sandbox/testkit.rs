@@ -83,6 +83,7 @@ pub fn config(preopens: Vec<Preopen>, budget: Arc<WriteBudget>) -> SandboxConfig
         budget,
         cancel: Arc::new(Cancel::new()),
         deadline: None,
+        waits: Arc::new(super::Waits::default()),
     }
 }
 

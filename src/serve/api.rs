@@ -18,11 +18,11 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use serde_json::{json, Value};
 
+use super::access::Origin;
 use super::body;
 use super::calls::CallError;
 use super::fault;
 use super::mcp::{nesting_exceeds, MAX_NESTING};
-use super::pool::Rejected;
 use super::response::{self, problem, Body};
 use super::roles::Caller;
 use super::server::Server;
@@ -240,7 +240,12 @@ fn refused_version(err: &dyn std::fmt::Display) -> Value {
 }
 
 /// `POST /v1/packages/{name}/call`.
-pub async fn call(server: &Arc<Server>, name: &str, request: Request<Incoming>) -> Response<Body> {
+pub async fn call(
+    server: &Arc<Server>,
+    origin: Origin,
+    name: &str,
+    request: Request<Incoming>,
+) -> Response<Body> {
     let served = match server.calls.package(name) {
         Ok(served) => served,
         Err(err) => return response::not_served(&err),
@@ -285,12 +290,16 @@ pub async fn call(server: &Arc<Server>, name: &str, request: Request<Incoming>) 
         Ok(limits) => limits,
         Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
     };
-    match server.calls.call(served, tool, arguments, limits).await {
+    match server
+        .calls
+        .call(served, tool, arguments, limits, origin)
+        .await
+    {
         Ok(outcome) => response::json(StatusCode::OK, &outcome),
         Err(err @ CallError::UnknownTool { .. }) => {
             problem(StatusCode::NOT_FOUND, &err.to_string())
         }
-        Err(err @ CallError::Rejected(Rejected::Busy | Rejected::Closed)) => response::busy(
+        Err(err @ (CallError::Busy | CallError::Closing)) => response::busy(
             "application/json",
             json!({"error": err.to_string()}).to_string(),
         ),

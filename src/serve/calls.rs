@@ -1,9 +1,11 @@
 //! Calls as the server makes them: the packages it serves (kept in memory, checked against
 //! the store's current version on each use, so an upload is seen at once), and one tool call
-//! taken from request to outcome — admitted to the bounded [`GuestPool`] or refused, its
-//! module loaded through the one shared [`ModuleCache`], run with the package's network
-//! policy and the one broker of the server, counted in [`Metrics`]; after its answer, the guest
-//! thread makes an instance of the same module for its next call (`--ready-instances`).
+//! taken from request to outcome — admitted within the bound on calls in flight
+//! ([`Admission`]) or refused at once, given a thread of its own ([`CallThreads`]), run while
+//! it holds one of its package's run permits ([`RunPermits`], given up while a host call
+//! waits), its module loaded through the one shared [`ModuleCache`], run with the package's
+//! network policy and the one broker of the server, counted in [`Metrics`]; after its answer,
+//! its thread makes an instance of the same module for its next call (`--ready-instances`).
 //!
 //! It speaks neither HTTP nor JSON-RPC: the front ends ([`super::api`], [`super::mcp`]) turn
 //! what it answers into their own replies.
@@ -16,12 +18,15 @@ use std::time::{Duration, Instant};
 
 use hako_engine_api::Module;
 
+use super::access::{Origin, Record};
+use super::admission::{Admission, Admitted};
 use super::current::{Changes, CurrentWatch};
 use super::metrics::Metrics;
-use super::pool::{self, GuestPool, Rejected};
+use super::permits::{CallPermit, RunPermits};
+use super::threads::{self, CallThreads, Rejected};
 use crate::call::{
-    self, CallOutcome, CallStats, Limits, Mounts, Network, ReadyInstance, Teardown, ToolRequest,
-    VolumeTmp,
+    self, CallOutcome, CallStats, Crash, CrashKind, Limits, Mounts, Network, ReadyInstance,
+    Teardown, ToolRequest, VolumeTmp,
 };
 use crate::engines::EngineConfig;
 use crate::http::{Broker, BrokerError, HyperBroker, PackagePolicy, Policy, PolicyError};
@@ -63,8 +68,10 @@ pub enum CallError {
     UnknownPackage(String),
     #[error("{package} offers no tool {tool:?}")]
     UnknownTool { package: String, tool: String },
-    #[error(transparent)]
-    Rejected(#[from] Rejected),
+    #[error("the server is at its bound of calls in flight")]
+    Busy,
+    #[error("the server is shutting down")]
+    Closing,
     #[error("the package's network policy: {0}")]
     Policy(#[from] PolicyError),
     #[error(transparent)]
@@ -113,19 +120,29 @@ struct TableEntry {
     fresh: bool,
 }
 
-/// The server's calls: store, served packages, module cache, guest pool and counters.
+/// How the server runs calls: the bound on calls in flight, their threads, and each
+/// package's run permits.
+pub struct Execution {
+    pub admission: Admission,
+    pub threads: CallThreads,
+    pub permits: RunPermits,
+}
+
+/// The server's calls: store, served packages, module cache, how calls run, and counters.
 pub struct Calls {
     store: Store,
     policy: Policy,
     engine: EngineConfig,
     served: Mutex<ServedTable>,
     modules: ModuleCache,
-    pool: GuestPool,
+    execution: Execution,
     broker: Arc<dyn Broker>,
     /// Where each call's `/volume/tmp` is made.
     volume_tmp: VolumeTmp,
     /// The most instances made ahead of their calls held at once (`--ready-instances`).
     ready_instances: u64,
+    /// Calls admitted so far: each call's number in its access record.
+    numbered: AtomicU64,
     /// The most a caller may ask for.
     pub caps: LimitCaps,
     pub metrics: Metrics,
@@ -136,7 +153,7 @@ impl Calls {
         store: Store,
         policy: Policy,
         engine: EngineConfig,
-        pool: GuestPool,
+        execution: Execution,
         cached_modules: usize,
         broker: Arc<dyn Broker>,
         caps: LimitCaps,
@@ -151,11 +168,12 @@ impl Calls {
             engine,
             served: Mutex::default(),
             modules: ModuleCache::new(cached_modules),
-            pool,
+            metrics: Metrics::new(execution.permits.states()),
+            execution,
             broker,
             ready_instances: 0,
+            numbered: AtomicU64::new(0),
             caps,
-            metrics: Metrics::default(),
         }
     }
 
@@ -169,8 +187,8 @@ impl Calls {
         &self.store
     }
 
-    pub fn pool(&self) -> &GuestPool {
-        &self.pool
+    pub fn execution(&self) -> &Execution {
+        &self.execution
     }
 
     /// The package `name` as it is offered now. Reads its `current` only when the package is
@@ -235,14 +253,15 @@ impl Calls {
         self.served.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Admits a call of `tool` on `package` to the guest pool, or refuses it at once; the
-    /// receiver yields the outcome once a guest thread has run it.
+    /// Admits a call of `tool` on `package` and starts it on a thread of its own, or refuses it
+    /// at once; the receiver yields the outcome once it has run.
     pub fn submit(
         self: &Arc<Self>,
         package: Arc<Served>,
         tool: String,
         arguments: serde_json::Value,
         limits: Limits,
+        origin: Origin,
     ) -> Result<tokio::sync::oneshot::Receiver<Result<CallOutcome, CallError>>, CallError> {
         if !package.offers(&tool) {
             return Err(CallError::UnknownTool {
@@ -250,19 +269,32 @@ impl Calls {
                 tool,
             });
         }
+        let Some(admitted) = self.execution.admission.admit() else {
+            self.metrics.rejected();
+            return Err(CallError::Busy);
+        };
+        let permit = self.execution.permits.for_call(package.name());
         let calls = Arc::clone(self);
-        // Counted before it is queued: a guest thread may start it before `submit` returns.
-        self.metrics.queued();
-        let admitted = self
-            .pool
-            .submit_answer_first(move || calls.run(&package, &tool, arguments, limits));
-        match admitted {
-            Ok(receiver) => Ok(receiver),
-            Err(rejected) => {
-                self.metrics.rejected();
-                Err(rejected.into())
+        // Counted before it starts: its thread may finish it before `start` returns.
+        self.metrics.admitted();
+        let number = self.numbered.fetch_add(1, Ordering::Relaxed) + 1;
+        let started = self.execution.threads.start(move || {
+            let call = Call {
+                package: &package,
+                tool: &tool,
+                limits,
+                origin: &origin,
+                number,
+            };
+            calls.run(call, arguments, &permit, admitted)
+        });
+        started.map_err(|rejected| {
+            self.metrics.not_started();
+            match rejected {
+                Rejected::Busy => CallError::Busy,
+                Rejected::Closed => CallError::Closing,
             }
-        }
+        })
     }
 
     /// Calls a tool and waits for its outcome.
@@ -272,29 +304,56 @@ impl Calls {
         tool: String,
         arguments: serde_json::Value,
         limits: Limits,
+        origin: Origin,
     ) -> Result<CallOutcome, CallError> {
-        let receiver = self.submit(package, tool, arguments, limits)?;
+        let receiver = self.submit(package, tool, arguments, limits, origin)?;
         receiver
             .await
-            .map_err(|_| CallError::Host("the guest thread lost the call".into()))?
+            .map_err(|_| CallError::Host("the call's thread lost the call".into()))?
     }
 
-    /// Runs one call on the current (guest) thread; hands back its outcome and what is left of
-    /// the run, to drop once the outcome is sent.
+    /// Runs one call on the current thread, with `permit` held while it computes; hands back
+    /// its outcome and what is left of the run, to drop once the outcome is sent (the call
+    /// counts as in flight until then).
     fn run(
         &self,
-        package: &Served,
-        tool: &str,
+        call: Call<'_>,
         arguments: serde_json::Value,
-        limits: Limits,
-    ) -> (Result<CallOutcome, CallError>, Teardown) {
+        permit: &Arc<CallPermit>,
+        admitted: Admitted,
+    ) -> (Result<CallOutcome, CallError>, (Teardown, Admitted)) {
+        let Call {
+            package,
+            tool,
+            limits,
+            ..
+        } = call;
+        let started = Instant::now();
         let mut teardown = Teardown::default();
-        let outcome = metered(&self.metrics, || {
-            let (outcome, left) = self.run_counted(package, tool, arguments, limits)?;
-            teardown = left;
+        let outcome = metered(&self.metrics, package.name(), || {
+            // The line for a permit is bounded by the call's own time limit.
+            let mut outcome = if permit.acquire(Some(Instant::now() + limits.timeout)) {
+                let (outcome, left) = self.run_counted(package, tool, arguments, limits, permit)?;
+                teardown = left;
+                outcome
+            } else {
+                waited_past_limit(limits)
+            };
+            outcome.stats_mut().queue_us = permit.queued_us();
             Ok(outcome)
         });
-        (outcome, teardown)
+        permit.release();
+        Record {
+            number: call.number,
+            origin: call.origin,
+            package: package.name(),
+            version: &package.stored.record.version,
+            tool,
+            outcome: outcome.as_ref().ok(),
+            took: started.elapsed(),
+        }
+        .write();
+        (outcome, (teardown, admitted))
     }
 
     fn run_counted(
@@ -303,6 +362,7 @@ impl Calls {
         tool: &str,
         arguments: serde_json::Value,
         limits: Limits,
+        permit: &Arc<CallPermit>,
     ) -> Result<(CallOutcome, Teardown), CallError> {
         let record = &package.stored.record;
         let loaded = self
@@ -334,6 +394,7 @@ impl Calls {
                 policy: Arc::clone(&package.policy),
                 broker: Arc::clone(&self.broker),
             },
+            gate: Some(Arc::clone(permit) as Arc<dyn crate::sandbox::RunGate>),
         };
         let stats = CallStats {
             compiled: loaded.source == crate::store::Source::Compiled,
@@ -342,7 +403,7 @@ impl Calls {
             load_us: loaded.load_us,
             ..CallStats::default()
         };
-        let ready = pool::take_kept()
+        let ready = threads::take_kept()
             .and_then(|kept| kept.downcast::<Held>().ok())
             .and_then(|held| (*held).take());
         let (outcome, teardown) =
@@ -364,7 +425,17 @@ impl Calls {
     }
 }
 
-/// An instance a guest thread made ahead of its next call and [keeps](pool::keep) meanwhile,
+/// One call as admitted: what it calls, under which limits, from where, and its number.
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    package: &'a Served,
+    tool: &'a str,
+    limits: Limits,
+    origin: &'a Origin,
+    number: u64,
+}
+
+/// An instance a call thread made ahead of its next call and [keeps](threads::keep) meanwhile,
 /// counted while held.
 struct Held {
     instance: Option<ReadyInstance>,
@@ -398,7 +469,7 @@ impl Drop for Held {
     }
 }
 
-/// What to make ahead for a guest thread's next call: an instance of the module it just ran,
+/// What to make ahead for a call thread's next call: an instance of the module it just ran,
 /// under the same limits (a package called again is the call most likely next).
 struct Next {
     module: Arc<dyn Module>,
@@ -407,7 +478,7 @@ struct Next {
     max: u64,
 }
 
-/// What a call leaves on its guest thread, dropped after its answer is sent: the run's
+/// What a call leaves on its thread, dropped after its answer is sent: the run's
 /// leftovers first (their memory goes back to the pool, for the next instance to take), then
 /// an instance made for the thread's next call.
 struct AfterCall {
@@ -419,8 +490,24 @@ impl Drop for AfterCall {
     fn drop(&mut self) {
         std::mem::take(&mut self.teardown).finish();
         if let Some(held) = self.next.take().and_then(Held::make) {
-            pool::keep(Box::new(held));
+            threads::keep(Box::new(held));
         }
+    }
+}
+
+/// The outcome of a call that waited in its package's line for a run permit until its time
+/// limit ran out: it never started.
+fn waited_past_limit(limits: Limits) -> CallOutcome {
+    CallOutcome::Crashed {
+        crash: Crash::new(
+            CrashKind::Timeout,
+            format!(
+                "the call waited for its package's other calls past its time limit of {} ms",
+                limits.timeout.as_millis()
+            ),
+        ),
+        stderr: String::new(),
+        stats: CallStats::default(),
     }
 }
 
@@ -429,9 +516,9 @@ impl Drop for AfterCall {
 /// its client without an answer.
 fn metered(
     metrics: &Metrics,
+    package: &str,
     call: impl FnOnce() -> Result<CallOutcome, CallError>,
 ) -> Result<CallOutcome, CallError> {
-    metrics.started();
     let started = Instant::now();
     let result =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).unwrap_or_else(|_| {
@@ -440,7 +527,7 @@ fn metered(
                 "the call failed in the host (it panicked)".into(),
             ))
         });
-    metrics.finished(result.as_ref().ok(), started.elapsed());
+    metrics.finished(package, result.as_ref().ok(), started.elapsed());
     result
 }
 
@@ -529,8 +616,8 @@ mod tests {
     #[test]
     fn a_call_that_panics_is_counted_as_finished_and_answered_as_a_host_failure() {
         let metrics = Metrics::default();
-        metrics.queued();
-        let result = metered(&metrics, || panic!("on purpose"));
+        metrics.admitted();
+        let result = metered(&metrics, "p", || panic!("on purpose"));
         assert!(matches!(result, Err(CallError::Host(_))), "{result:?}");
         assert_eq!(metrics.in_flight(), 0);
         assert!(metrics

@@ -10,6 +10,10 @@ use super::{calls, follow, roles};
 use crate::compile::CompileBounds;
 use crate::engines::EngineConfig;
 
+/// Calls in flight by default: far more than cores, since most calls wait (on the network, or
+/// a sleep) and a waiting call holds no core.
+pub const DEFAULT_MAX_CALLS: usize = 1024;
+
 /// How a server runs.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
@@ -25,13 +29,14 @@ pub struct ServeConfig {
     pub policy: Option<PathBuf>,
     /// The engine and compiler whose code runs.
     pub engine: EngineConfig,
-    /// Guest threads (calls running at once).
+    /// Run permits of each package: how many of its calls compute at once (a call waiting in
+    /// a host call holds none).
     pub workers: usize,
-    /// Accepted calls that may wait for a guest thread.
-    pub queue: usize,
-    /// Threads of the front end (connections, parsing, answers), beside the guest threads.
+    /// Calls in flight, every package together: admitted and not yet done; beyond, 503.
+    pub max_calls: usize,
+    /// Threads of the front end (connections, parsing, answers), beside the call threads.
     pub http_threads: usize,
-    /// The most instances made ahead of their calls held at once: each guest thread, after a
+    /// The most instances made ahead of their calls held at once: each call thread, after a
     /// call's answer is sent, makes one of the module it ran for its next call, while fewer
     /// than this are held (0: none is made).
     pub ready_instances: usize,
@@ -66,8 +71,8 @@ pub struct ServeConfig {
 }
 
 impl ServeConfig {
-    /// The defaults for a store: loopback port 7340, no token, one guest thread per core and
-    /// one front-end thread per two, a queue of 64 calls per thread, 4 MiB bodies, 128 MiB
+    /// The defaults for a store: loopback port 7340, no token, one run permit per core for
+    /// each package, 1,024 calls in flight, one front-end thread per two cores, 4 MiB bodies, 128 MiB
     /// uploads, 15 s keepalives, 45 s drain (longer than a call's default 30 s limit), 30 s for
     /// a request's headers, its body and a stalled write each.
     pub fn new(store: PathBuf) -> Self {
@@ -81,7 +86,7 @@ impl ServeConfig {
             policy: None,
             engine: EngineConfig::DEFAULT,
             workers: cores,
-            queue: cores * 64,
+            max_calls: DEFAULT_MAX_CALLS,
             http_threads: (cores / 2).max(1),
             ready_instances: cores,
             cached_modules: 64,

@@ -26,6 +26,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 
+use super::access::{Door, Origin};
 use super::calls::Served;
 use super::hosts::origin_allowed;
 use super::mcp::{self, Dispatch};
@@ -127,11 +128,11 @@ pub async fn route(
         (&Method::GET, ["v1", "packages", name]) => api::show(&server, name),
         (&Method::POST, ["v1", "packages", name, "call"]) => {
             let name = name.to_string();
-            api::call(&server, &name, request).await
+            api::call(&server, Origin::api(caller.role()), &name, request).await
         }
         (&Method::POST, ["mcp", name]) => {
             let name = name.to_string();
-            streamable(&server, &name, request).await
+            streamable(&server, caller, &name, request).await
         }
         (_, ["mcp", _]) => {
             let mut response = problem(
@@ -192,6 +193,7 @@ async fn answer_in_body(dispatch: Dispatch) -> Response<Body> {
 /// `POST /mcp/{name}`: Streamable HTTP, answered with JSON (never a stream).
 async fn streamable(
     server: &Arc<Server>,
+    caller: Caller<'_>,
     name: &str,
     request: Request<Incoming>,
 ) -> Response<Body> {
@@ -209,7 +211,12 @@ async fn streamable(
         Ok(body) => body,
         Err(response) => return response,
     };
-    answer_in_body(mcp::dispatch_to(&server.calls, package, &body)).await
+    let origin = Origin {
+        door: Door::Mcp,
+        caller: caller.role(),
+        rpc_id: None,
+    };
+    answer_in_body(mcp::dispatch_to(&server.calls, package, &body, origin)).await
 }
 
 /// `POST /message[/{name}]` without a session: one message, answered in the body, and the
@@ -248,7 +255,14 @@ async fn one_shot(
         )
         .await
         {
-            Ok(body) => answer_in_body(mcp::dispatch_to(&server.calls, package, &body)).await,
+            Ok(body) => {
+                let origin = Origin {
+                    door: Door::Sse,
+                    caller: caller.role(),
+                    rpc_id: None,
+                };
+                answer_in_body(mcp::dispatch_to(&server.calls, package, &body, origin)).await
+            }
             Err(response) => response,
         },
     };

@@ -23,9 +23,9 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::sync::oneshot;
 
+use super::access::Origin;
 use super::calls::{CallError, Calls, Served};
 use super::fault;
-use super::pool::Rejected;
 use crate::call::CallOutcome;
 use crate::protocol::{CallResult, ShownBlock, PROTOCOL_VERSION};
 
@@ -284,14 +284,14 @@ fn read(bytes: &[u8]) -> Result<Request, Dispatch> {
     })
 }
 
-/// Handles one incoming message for `package`.
-pub fn dispatch(calls: &Arc<Calls>, package: &str, bytes: &[u8]) -> Dispatch {
+/// Handles one incoming message for `package`, from `origin`.
+pub fn dispatch(calls: &Arc<Calls>, package: &str, bytes: &[u8], origin: Origin) -> Dispatch {
     let request = match read(bytes) {
         Ok(request) => request,
         Err(dispatch) => return dispatch,
     };
     match calls.package(package) {
-        Ok(served) => answer(calls, served, request),
+        Ok(served) => answer(calls, served, request, origin),
         Err(err @ CallError::UnknownPackage(_)) => {
             Dispatch::Answer(error(&request.id, code::INVALID_PARAMS, &err.to_string()))
         }
@@ -304,14 +304,19 @@ pub fn dispatch(calls: &Arc<Calls>, package: &str, bytes: &[u8]) -> Dispatch {
 }
 
 /// Handles one incoming message for a package the caller has already looked up.
-pub fn dispatch_to(calls: &Arc<Calls>, served: Arc<Served>, bytes: &[u8]) -> Dispatch {
+pub fn dispatch_to(
+    calls: &Arc<Calls>,
+    served: Arc<Served>,
+    bytes: &[u8],
+    origin: Origin,
+) -> Dispatch {
     match read(bytes) {
-        Ok(request) => answer(calls, served, request),
+        Ok(request) => answer(calls, served, request, origin),
         Err(dispatch) => dispatch,
     }
 }
 
-fn answer(calls: &Arc<Calls>, served: Arc<Served>, request: Request) -> Dispatch {
+fn answer(calls: &Arc<Calls>, served: Arc<Served>, request: Request, origin: Origin) -> Dispatch {
     let Request {
         id,
         method,
@@ -323,7 +328,7 @@ fn answer(calls: &Arc<Calls>, served: Arc<Served>, request: Request) -> Dispatch
         "server/discover" => discover(&served),
         "ping" => json!({}),
         "tools/list" => cacheable(json!({"tools": served.stored.tools})),
-        "tools/call" => return tools_call(calls, served, id, stateless, params),
+        "tools/call" => return tools_call(calls, served, id, stateless, params, origin),
         other => {
             let text = format!("method {other:?} is not offered");
             return Dispatch::Answer(error(&id, code::METHOD_NOT_FOUND, &text));
@@ -382,6 +387,7 @@ fn tools_call(
     id: Id,
     stateless: bool,
     mut params: Map<String, Value>,
+    mut origin: Origin,
 ) -> Dispatch {
     // Taken out of the request, not copied: it is the request's one part of any size.
     let Some(Value::String(tool)) = params.remove("name") else {
@@ -402,13 +408,14 @@ fn tools_call(
             ))
         }
     };
-    match calls.submit(served, tool, arguments, calls.caps.defaults()) {
+    origin.rpc_id = Some(id.0.get().to_string());
+    match calls.submit(served, tool, arguments, calls.caps.defaults(), origin) {
         Ok(receiver) => Dispatch::Pending(Pending {
             id,
             stateless,
             receiver,
         }),
-        Err(err @ CallError::Rejected(Rejected::Busy | Rejected::Closed)) => Dispatch::Busy(error(
+        Err(err @ (CallError::Busy | CallError::Closing)) => Dispatch::Busy(error(
             &id,
             code::SERVER_BUSY,
             &format!("{err}; try again shortly"),

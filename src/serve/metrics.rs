@@ -1,17 +1,29 @@
 //! The server's counters and their Prometheus text form (`GET /metrics`): calls by outcome and
-//! crash kind, a call latency histogram, calls in flight and queued, calls refused because the
-//! queue was full, and where each call's module came from (the in-memory cache, an artifact on
-//! disk, or a compile).
+//! crash kind, a call latency histogram, calls in flight and how many of them run, wait in a
+//! host call or wait for a run permit, calls refused at the bound on calls in flight, where
+//! each call's module came from (the in-memory cache, an artifact on disk, or a compile), and
+//! per package: calls by outcome and the seconds its calls spent in line, computing and
+//! waiting in host calls. Package labels are bounded: the first [`MAX_PACKAGE_LABELS`]
+//! packages a server calls have their own, every later one counts under `package="(other)"`.
 //!
 //! Counters are plain atomics updated by the call path; this file does not time calls or
 //! decide outcomes, it only counts what it is told.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::permits::CallStates;
 use crate::call::{CallOutcome, CrashKind};
 use crate::store::Source;
+
+/// The most packages with labels of their own in the per-package series.
+pub const MAX_PACKAGE_LABELS: usize = 256;
+
+/// The label every package past [`MAX_PACKAGE_LABELS`] counts under (no package name has
+/// parentheses).
+const OTHER_PACKAGES: &str = "(other)";
 
 /// The upper bounds of the latency histogram's buckets, in seconds.
 const BUCKETS: [f64; 16] = [
@@ -28,7 +40,9 @@ pub struct Metrics {
     failed: AtomicU64,
     rejected: AtomicU64,
     in_flight: AtomicU64,
-    queued: AtomicU64,
+    /// Calls running, waiting in host calls and waiting for a permit, kept by the permits.
+    states: Arc<CallStates>,
+    packages: Mutex<HashMap<String, Arc<PackageCounters>>>,
     buckets: [AtomicU64; BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_us: AtomicU64,
@@ -48,21 +62,40 @@ fn kind_index(kind: CrashKind) -> usize {
         .unwrap_or_default()
 }
 
+/// One package's counters.
+#[derive(Default)]
+struct PackageCounters {
+    ok: AtomicU64,
+    is_error: AtomicU64,
+    crashed: AtomicU64,
+    failed: AtomicU64,
+    queue_us: AtomicU64,
+    compute_us: AtomicU64,
+    wait_us: AtomicU64,
+}
+
 impl Metrics {
-    /// A call was accepted into the queue.
-    pub fn queued(&self) {
-        self.queued.fetch_add(1, Ordering::Relaxed);
+    /// Counters whose running, waiting and queued calls are `states`.
+    pub fn new(states: &Arc<CallStates>) -> Self {
+        Self {
+            states: Arc::clone(states),
+            ..Self::default()
+        }
     }
 
-    /// A queued call started running on a guest thread.
-    pub fn started(&self) {
-        self.queued.fetch_sub(1, Ordering::Relaxed);
+    /// A call was admitted: it is in flight until [`Metrics::finished`].
+    pub fn admitted(&self) {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A call counted by [`Metrics::queued`] was refused: the queue was full or closed.
+    /// An admitted call could not start after all (no thread, or the server is closing).
+    pub fn not_started(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.rejected();
+    }
+
+    /// A call was refused at once.
     pub fn rejected(&self) {
-        self.queued.fetch_sub(1, Ordering::Relaxed);
         self.rejected.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -86,16 +119,31 @@ impl Metrics {
         self.calls_ready.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A running call finished: with an outcome, or with a host failure (`None`).
-    pub fn finished(&self, outcome: Option<&CallOutcome>, took: Duration) {
+    /// A call of `package` finished: with an outcome, or with a host failure (`None`).
+    pub fn finished(&self, package: &str, outcome: Option<&CallOutcome>, took: Duration) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
-        let counter = match outcome {
-            Some(CallOutcome::Answered { result, .. }) if result.is_error => &self.is_error,
-            Some(CallOutcome::Answered { .. }) => &self.ok,
-            Some(CallOutcome::Crashed { crash, .. }) => &self.crashed[kind_index(crash.kind)],
-            None => &self.failed,
+        let counters = self.package(package);
+        let (counter, of_package) = match outcome {
+            Some(CallOutcome::Answered { result, .. }) if result.is_error => {
+                (&self.is_error, &counters.is_error)
+            }
+            Some(CallOutcome::Answered { .. }) => (&self.ok, &counters.ok),
+            Some(CallOutcome::Crashed { crash, .. }) => {
+                (&self.crashed[kind_index(crash.kind)], &counters.crashed)
+            }
+            None => (&self.failed, &counters.failed),
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        of_package.fetch_add(1, Ordering::Relaxed);
+        if let Some(stats) = outcome.map(CallOutcome::stats) {
+            let add = |counter: &AtomicU64, us: u64| counter.fetch_add(us, Ordering::Relaxed);
+            add(&counters.queue_us, stats.queue_us);
+            add(&counters.wait_us, stats.wait_us);
+            add(
+                &counters.compute_us,
+                (stats.load_us + stats.run_us).saturating_sub(stats.wait_us),
+            );
+        }
         let seconds = took.as_secs_f64();
         if let Some(bucket) = BUCKETS.iter().position(|bound| seconds <= *bound) {
             self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
@@ -105,9 +153,75 @@ impl Metrics {
             .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
     }
 
-    /// Calls running now.
+    /// Calls admitted and not yet answered.
     pub fn in_flight(&self) -> u64 {
         self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// `package`'s counters, or those of every package past the bound on labels.
+    fn package(&self, package: &str) -> Arc<PackageCounters> {
+        let mut packages = self.packages.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(counters) = packages.get(package) {
+            return Arc::clone(counters);
+        }
+        let key = if packages.len() < MAX_PACKAGE_LABELS {
+            package
+        } else {
+            OTHER_PACKAGES
+        };
+        Arc::clone(packages.entry(key.to_string()).or_default())
+    }
+
+    fn render_packages(&self, line: &mut impl FnMut(String)) {
+        let packages: Vec<(String, Arc<PackageCounters>)> = {
+            let packages = self.packages.lock().unwrap_or_else(|p| p.into_inner());
+            let mut all: Vec<_> = packages
+                .iter()
+                .map(|(name, counters)| (name.clone(), Arc::clone(counters)))
+                .collect();
+            all.sort_by(|a, b| a.0.cmp(&b.0));
+            all
+        };
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        line(format!("# HELP hako_package_calls_total Tool calls that finished, by package and outcome (at most {MAX_PACKAGE_LABELS} packages by name, the rest as \"{OTHER_PACKAGES}\")."));
+        line("# TYPE hako_package_calls_total counter".into());
+        for (name, counters) in &packages {
+            for (outcome, counter) in [
+                ("ok", &counters.ok),
+                ("is_error", &counters.is_error),
+                ("crashed", &counters.crashed),
+                ("host_error", &counters.failed),
+            ] {
+                line(format!(
+                    "hako_package_calls_total{{package=\"{name}\",outcome=\"{outcome}\"}} {}",
+                    get(counter)
+                ));
+            }
+        }
+        for (metric, help, pick) in [
+            (
+                "hako_package_queue_seconds_total",
+                "Seconds the package's calls waited for a run permit.",
+                (|c: &PackageCounters| &c.queue_us) as fn(&PackageCounters) -> &AtomicU64,
+            ),
+            (
+                "hako_package_compute_seconds_total",
+                "Seconds the package's calls held a run permit: loading, instantiating and running guest code.",
+                |c| &c.compute_us,
+            ),
+            (
+                "hako_package_wait_seconds_total",
+                "Seconds the package's calls waited in host calls (sleeps, the broker's answers), holding no permit.",
+                |c| &c.wait_us,
+            ),
+        ] {
+            line(format!("# HELP {metric} {help}"));
+            line(format!("# TYPE {metric} counter"));
+            for (name, counters) in &packages {
+                let seconds = get(pick(counters)) as f64 / 1e6;
+                line(format!("{metric}{{package=\"{name}\"}} {seconds}"));
+            }
+        }
     }
 
     /// Module loads from memory, from an artifact on disk, and by compiling.
@@ -153,18 +267,38 @@ impl Metrics {
             ));
         }
         line(
-            "# HELP hako_calls_rejected_total Calls refused with 503 because the queue was full."
+            "# HELP hako_calls_rejected_total Calls refused with 503 at the bound on calls in flight (--max-calls)."
                 .into(),
         );
         line("# TYPE hako_calls_rejected_total counter".into());
         line(format!("hako_calls_rejected_total {}", get(&self.rejected)));
-        line("# HELP hako_calls_in_flight Calls running on guest threads now.".into());
+        line("# HELP hako_calls_in_flight Calls admitted and not yet answered.".into());
         line("# TYPE hako_calls_in_flight gauge".into());
         line(format!("hako_calls_in_flight {}", get(&self.in_flight)));
-        line("# HELP hako_calls_queued Accepted calls waiting for a guest thread.".into());
-        line("# TYPE hako_calls_queued gauge".into());
-        line(format!("hako_calls_queued {}", get(&self.queued)));
-        line("# HELP hako_call_duration_seconds Time from a guest thread taking a call to its outcome.".into());
+        for (metric, help, gauge) in [
+            (
+                "hako_calls_running",
+                "Calls holding a run permit now: computing.",
+                &self.states.running,
+            ),
+            (
+                "hako_calls_waiting",
+                "Calls waiting in a host call now (a sleep, the broker's answer), holding no permit.",
+                &self.states.waiting,
+            ),
+            (
+                "hako_calls_queued",
+                "Calls waiting for a run permit of their package now.",
+                &self.states.queued,
+            ),
+        ] {
+            line(format!("# HELP {metric} {help}"));
+            line(format!("# TYPE {metric} gauge"));
+            line(format!("{metric} {}", get(gauge)));
+        }
+        line(
+            "# HELP hako_call_duration_seconds Time from a call's admission to its outcome.".into(),
+        );
         line("# TYPE hako_call_duration_seconds histogram".into());
         let mut cumulative = 0;
         for (bound, counter) in BUCKETS.iter().zip(&self.buckets) {
@@ -206,6 +340,7 @@ impl Metrics {
         );
         line("# TYPE hako_calls_ready_total counter".into());
         line(format!("hako_calls_ready_total {}", get(&self.calls_ready)));
+        self.render_packages(&mut line);
         out
     }
 }
@@ -226,9 +361,12 @@ mod tests {
     #[test]
     fn a_crash_is_counted_under_its_kind_and_as_crashed() {
         let metrics = Metrics::default();
-        metrics.queued();
-        metrics.started();
-        metrics.finished(Some(&crashed(CrashKind::Timeout)), Duration::from_millis(3));
+        metrics.admitted();
+        metrics.finished(
+            "p",
+            Some(&crashed(CrashKind::Timeout)),
+            Duration::from_millis(3),
+        );
         let text = metrics.render();
         assert!(
             text.contains("hako_calls_total{outcome=\"crashed\"} 1"),
@@ -243,15 +381,39 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("hako_calls_in_flight 0"), "{text}");
+        assert!(
+            text.contains("hako_package_calls_total{package=\"p\",outcome=\"crashed\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn packages_past_the_bound_count_under_one_label() {
+        let metrics = Metrics::default();
+        for n in 0..MAX_PACKAGE_LABELS + 10 {
+            metrics.admitted();
+            metrics.finished(&format!("p{n}"), None, Duration::from_millis(1));
+        }
+        let text = metrics.render();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("hako_package_calls_total{") && l.contains("host_error"))
+            .count();
+        assert_eq!(series, MAX_PACKAGE_LABELS + 1, "{text}");
+        assert!(
+            text.contains(
+                "hako_package_calls_total{package=\"(other)\",outcome=\"host_error\"} 10"
+            ),
+            "{text}"
+        );
     }
 
     #[test]
     fn the_histogram_is_cumulative_and_ends_with_the_count() {
         let metrics = Metrics::default();
         for ms in [1, 3, 40] {
-            metrics.queued();
-            metrics.started();
-            metrics.finished(None, Duration::from_millis(ms));
+            metrics.admitted();
+            metrics.finished("p", None, Duration::from_millis(ms));
         }
         let text = metrics.render();
         assert!(

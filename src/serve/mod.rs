@@ -1,9 +1,10 @@
 //! `hako serve`: the package store served over HTTP — the operator API and MCP endpoints for
 //! agents, one MCP server per package — or one package served over stdio.
 //!
-//! One tokio runtime runs the front end; calls run on a bounded pool of guest threads
-//! ([`pool`]) behind a bounded queue, refused with 503 and `Retry-After` beyond it, and share
-//! loaded modules through one LRU ([`calls`]). The transport boundaries are enforced where
+//! One tokio runtime runs the front end; calls are admitted up to a bound on calls in flight
+//! ([`admission`], refused with 503 and `Retry-After` beyond it), each runs on a thread of its
+//! own ([`threads`]) while it holds one of its package's run permits ([`permits`], given up
+//! while a host call waits), and they share loaded modules through one LRU ([`calls`]). The transport boundaries are enforced where
 //! they belong: message checks in [`mcp`], the stdio line cap in [`stdio`], body sizes and
 //! times in [`body`], the `Host` and `Origin` checks in [`hosts`], the Bearer tokens (with
 //! their [`roles`]) in [`http`], sessions in [`sessions`], stalled writes in [`timeouts`].
@@ -20,6 +21,8 @@
 //! [`crate::upload`], calls through [`crate::call`].
 
 mod accept;
+pub mod access;
+pub mod admission;
 pub mod api;
 pub mod body;
 pub mod calls;
@@ -32,13 +35,14 @@ pub mod http;
 pub mod ids;
 pub mod mcp;
 pub mod metrics;
-pub mod pool;
+pub mod permits;
 pub mod response;
 pub mod roles;
 pub mod server;
 pub mod sessions;
 pub mod sse;
 pub mod stdio;
+pub mod threads;
 pub mod timeouts;
 
 use std::net::SocketAddr;
@@ -52,10 +56,12 @@ use tokio::net::TcpListener;
 
 use crate::http::{Policy, PolicyError};
 use crate::store::{Store, StoreError};
-use calls::Calls;
+use admission::Admission;
+use calls::{Calls, Execution};
 pub use config::ServeConfig;
-use pool::GuestPool;
+use permits::RunPermits;
 use server::Server;
+use threads::CallThreads;
 
 /// Why a server did not start.
 #[derive(Debug, thiserror::Error)]
@@ -84,8 +90,8 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-/// Guest code runs on the pool's threads; wasmer's own stack switching keeps deep guest
-/// recursion off them, so a modest native stack suffices.
+/// Guest code runs on the call threads; wasmer's own stack switching keeps deep guest
+/// recursion off them, so a modest native stack suffices (only what is touched is resident).
 const GUEST_STACK_BYTES: usize = 8 * 1024 * 1024;
 
 fn calls(config: &ServeConfig) -> Result<Arc<Calls>, ServeError> {
@@ -103,14 +109,18 @@ fn calls(config: &ServeConfig) -> Result<Arc<Calls>, ServeError> {
         Some(path) => Policy::from_file(path)?,
         None => Policy::empty(),
     };
-    let pool = GuestPool::new(config.workers, config.queue, GUEST_STACK_BYTES)?;
+    let execution = Execution {
+        admission: Admission::new(config.max_calls as u64),
+        threads: CallThreads::new(config.workers, GUEST_STACK_BYTES),
+        permits: RunPermits::new(config.workers),
+    };
     let broker = calls::broker(&policy)?;
     Ok(Arc::new(
         Calls::new(
             store,
             policy,
             config.engine,
-            pool,
+            execution,
             config.cached_modules,
             broker,
             config.caps,
@@ -145,10 +155,10 @@ async fn stop_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
-/// Lets the guest threads finish every accepted call, within `drain`.
-async fn drain_pool(calls: &Arc<Calls>, drain: Duration) {
+/// Lets the call threads finish every accepted call, within `drain`.
+async fn drain_calls(calls: &Arc<Calls>, drain: Duration) {
     let calls = Arc::clone(calls);
-    let join = tokio::task::spawn_blocking(move || calls.pool().close_and_join());
+    let join = tokio::task::spawn_blocking(move || calls.execution().threads.close_and_join());
     if tokio::time::timeout(drain, join).await.is_err() {
         tracing::warn!("calls still running after {drain:?}; stopping without them");
     }
@@ -239,7 +249,7 @@ pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(
         if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
             tracing::warn!("requests still open after {drain:?}; stopping without them");
         }
-        drain_pool(&calls, drain).await;
+        drain_calls(&calls, drain).await;
         Ok::<(), ServeError>(())
     });
     // Whatever is still blocked (a read nobody waits for) must not hold the process.
@@ -268,7 +278,7 @@ pub fn run_stdio(config: ServeConfig, name: &str) -> Result<(), ServeError> {
             stop_signal(),
         )
         .await;
-        drain_pool(&calls, config.drain).await;
+        drain_calls(&calls, config.drain).await;
         result.map_err(ServeError::Io)
     });
     // The stdin reader may still block on a read after a signal; it must not hold the exit.

@@ -90,6 +90,15 @@ pub enum Caller<'a> {
 }
 
 impl Caller<'_> {
+    /// The caller's role, as the access record names it.
+    pub fn role(&self) -> &'static str {
+        match self {
+            Caller::Anyone => "anyone",
+            Caller::Admin => "admin",
+            Caller::Agent(_) => "agent",
+        }
+    }
+
     /// Whether the caller may upload packages and read the metrics.
     pub fn is_admin(&self) -> bool {
         matches!(self, Caller::Anyone | Caller::Admin)

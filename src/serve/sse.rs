@@ -25,6 +25,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use tokio::sync::{mpsc, watch};
 
+use super::access::{Door, Origin};
 use super::body;
 use super::mcp::{self, Dispatch};
 use super::response::{self, problem, Body};
@@ -154,7 +155,12 @@ pub async fn post(
         Ok(body) => body,
         Err(response) => return response,
     };
-    match mcp::dispatch(&server.calls, &session.package, &body) {
+    let origin = Origin {
+        door: Door::Sse,
+        caller: caller.role(),
+        rpc_id: None,
+    };
+    match mcp::dispatch(&server.calls, &session.package, &body, origin) {
         Dispatch::Answer(answer) => {
             // A session that ended meanwhile drops the answer, as its stream is gone.
             let _ = session.outbox.send(answer).await;

@@ -14,6 +14,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use super::access::{Door, Origin};
 use super::calls::Calls;
 use super::mcp::{self, code, Dispatch};
 
@@ -108,7 +109,7 @@ where
                 &format!("the line is longer than {MAX_LINE} bytes; it was discarded"),
             )),
             Read::Line(line) if line.iter().all(u8::is_ascii_whitespace) => None,
-            Read::Line(line) => match mcp::dispatch(&calls, &package, &line) {
+            Read::Line(line) => match mcp::dispatch(&calls, &package, &line, stdio_origin()) {
                 Dispatch::Answer(answer) | Dispatch::Busy(answer) => Some(answer),
                 Dispatch::Silent => None,
                 Dispatch::Pending(pending) => {
@@ -131,6 +132,15 @@ where
     match writer.await {
         Ok(result) => result,
         Err(err) => Err(std::io::Error::other(err)),
+    }
+}
+
+/// Where a stdio call comes from: the one local client.
+fn stdio_origin() -> Origin {
+    Origin {
+        door: Door::Stdio,
+        caller: "local",
+        rpc_id: None,
     }
 }
 

@@ -405,6 +405,7 @@ impl Fuzzer {
                 policy: Arc::new(PackagePolicy::default()),
                 broker: Arc::new(NoBroker),
             },
+            gate: None,
         }
     }
 

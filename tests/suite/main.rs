@@ -33,5 +33,6 @@ mod serve_mcp;
 mod serve_mcp_clients;
 mod serve_roles;
 mod serve_stdio;
+mod serve_waits;
 mod upload;
 mod wasi_testsuite;

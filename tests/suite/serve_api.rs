@@ -630,7 +630,7 @@ fn sleep_call(ms: u64) -> Value {
 }
 
 #[test]
-fn zero_guest_or_front_end_threads_is_a_usage_error_that_names_the_flag() {
+fn zero_permits_front_end_threads_or_calls_is_a_usage_error_that_names_the_flag() {
     let store = serve_support::store();
     let refused = |flag: &str, value: &str| {
         let output = serve_support::hako()
@@ -642,30 +642,34 @@ fn zero_guest_or_front_end_threads_is_a_usage_error_that_names_the_flag() {
         assert_eq!(output.status.code(), Some(2), "{flag} {value}");
         String::from_utf8_lossy(&output.stderr).into_owned()
     };
-    for flag in ["--workers", "--http-threads", "--queue"] {
+    for flag in ["--workers", "--http-threads", "--max-calls"] {
         let stderr = refused(flag, "0");
         assert!(
             stderr.contains(&format!("{flag} must be at least 1")),
             "{stderr}"
         );
     }
-    // A thread count past the bound (here one whose queue of 64 calls a thread would
-    // overflow) is refused too, before any thread starts.
-    for flag in ["--workers", "--http-threads"] {
-        for value in ["1025", &usize::MAX.to_string()] {
+    // A count past its bound is refused too, before any thread starts.
+    for (flag, bound) in [
+        ("--workers", "1024"),
+        ("--http-threads", "1024"),
+        ("--max-calls", "16384"),
+    ] {
+        let past = (bound.parse::<usize>().unwrap() + 1).to_string();
+        for value in [past.as_str(), &usize::MAX.to_string()] {
             let stderr = refused(flag, value);
-            assert!(stderr.contains("at most 1024"), "{stderr}");
+            assert!(stderr.contains(&format!("at most {bound}")), "{stderr}");
         }
     }
 }
 
 #[test]
-fn beyond_the_queue_calls_get_503_and_every_accepted_call_is_answered() {
+fn beyond_the_calls_in_flight_calls_get_503_and_every_admitted_call_is_answered() {
     let store = serve_support::store();
-    // One front-end thread: it still answers while a call runs and another waits.
+    // One front-end thread: it still answers while the calls sleep.
     let server = Server::start(
         store.path(),
-        &["--workers", "1", "--queue", "1", "--http-threads", "1"],
+        &["--workers", "1", "--max-calls", "2", "--http-threads", "1"],
     );
     let addr = server.addr;
     let body = sleep_call(600).to_string();
@@ -681,25 +685,22 @@ fn beyond_the_queue_calls_get_503_and_every_accepted_call_is_answered() {
             )
         })
     };
-    let running = send();
-    server.wait_until("the first call runs", |s| {
-        s.metric("hako_calls_in_flight") == 1.0
+    let sleeping = [send(), send()];
+    server.wait_until("both calls sleep, holding no permit", |s| {
+        s.metric("hako_calls_waiting") == 2.0
     });
-    let queued = send();
-    server.wait_until("the second call is queued", |s| {
-        s.metric("hako_calls_queued") == 1.0
-    });
+    assert_eq!(server.metric("hako_calls_in_flight"), 2.0);
     let refused = server.post_json("/v1/packages/fixture/call", &sleep_call(1));
     assert_eq!(refused.status, 503, "{}", refused.text());
     assert_eq!(refused.header("retry-after"), Some("1"));
     let mcp = server.post_json(
-        "/mcp/fixture",
-        &json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "sleep", "arguments": {"ms": 1}}}),
+        "/mcp/greet",
+        &json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "greet", "arguments": {"name": "x"}}}),
     );
-    assert_eq!(mcp.status, 503);
+    assert_eq!(mcp.status, 503, "the bound is the whole server's");
     assert_eq!(mcp.header("retry-after"), Some("1"));
     assert_eq!(mcp.json()["error"]["code"], -32000);
-    for call in [running, queued] {
+    for call in sleeping {
         let reply = call.join().unwrap();
         assert_eq!(reply.status, 200, "{}", reply.text());
         assert_eq!(reply.json()["outcome"], "ok");
@@ -830,14 +831,14 @@ fn a_guest_thread_makes_its_next_instance_ahead_within_the_operators_bound() {
     assert_eq!(server.metric("hako_ready_instances"), 0.0);
     assert_eq!(server.metric("hako_calls_ready_total"), 0.0);
 
-    // More than the guest threads could hold is refused.
+    // More than the call threads could hold is refused.
     let output = serve_support::hako()
         .args(["serve", "--store"])
         .arg(store.path())
         .args([
             "--listen",
             "127.0.0.1:0",
-            "--workers",
+            "--max-calls",
             "2",
             "--ready-instances",
             "3",
@@ -847,7 +848,7 @@ fn a_guest_thread_makes_its_next_instance_ahead_within_the_operators_bound() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("--ready-instances must be at most the 2 guest threads"),
+        stderr.contains("--ready-instances must be at most the 2 calls in flight"),
         "{stderr}"
     );
 }

@@ -6,7 +6,7 @@ use crate::serve_support;
 use crate::support;
 
 use serde_json::{json, Value};
-use serve_support::{stdio, stdout_lines};
+use serve_support::{stdio, stdio_with, stdout_lines};
 
 fn line(value: &Value) -> String {
     format!("{value}\n")
@@ -60,6 +60,44 @@ fn a_call_still_running_at_end_of_input_is_answered_before_the_exit() {
     assert_eq!(
         lines[0]["result"]["content"][0]["text"],
         r#"{"slept_ms":300}"#
+    );
+}
+
+#[test]
+fn requests_sent_before_the_last_is_answered_are_answered_as_each_finishes() {
+    // One run permit: the long sleep holds none while it sleeps, so the calls sent after it
+    // run beside it and are answered first, each under its own id.
+    let store = serve_support::store();
+    let input = [
+        line(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "sleep", "arguments": {"ms": 3000}}})),
+        line(&json!({"jsonrpc": "2.0", "id": "two", "method": "tools/call", "params": {"name": "sleep", "arguments": {"ms": 1}}})),
+        line(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo", "arguments": {"said": "x"}}})),
+    ]
+    .concat();
+    let output = stdio_with(
+        store.path(),
+        "fixture",
+        &["--workers", "1"],
+        input.as_bytes(),
+    );
+    assert_eq!(output.status.code(), Some(0));
+    let lines = stdout_lines(&output);
+    let ids: Vec<&Value> = lines.iter().map(|line| &line["id"]).collect();
+    assert_eq!(ids.len(), 3, "{lines:?}");
+    assert_eq!(
+        ids[2],
+        &json!(1),
+        "the long sleep is answered last: {lines:?}"
+    );
+    assert_eq!(
+        lines[2]["result"]["content"][0]["text"],
+        r#"{"slept_ms":3000}"#
+    );
+    let two = lines.iter().find(|line| line["id"] == "two").unwrap();
+    assert_eq!(two["result"]["content"][0]["text"], r#"{"slept_ms":1}"#);
+    assert_eq!(
+        by_id(&lines, 3)["result"]["content"][0]["text"],
+        r#"{"said":"x"}"#
     );
 }
 

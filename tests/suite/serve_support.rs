@@ -182,6 +182,9 @@ impl Server {
             .args(["serve", "--listen", "127.0.0.1:0", "--store"])
             .arg(store)
             .args(args)
+            // No access record per call unless a test asks for it: the tests' output stays
+            // readable.
+            .env("HAKO_LOG", "warn")
             .env_remove("HAKO_TOKEN")
             .env_remove("HAKO_ADMIN_TOKEN")
             .stdin(Stdio::null())
@@ -509,10 +512,16 @@ impl EventStream {
 
 /// Runs `hako serve --stdio PACKAGE --store STORE` with `input` on stdin, to its exit.
 pub fn stdio(store: &Path, package: &str, input: &[u8]) -> Output {
+    stdio_with(store, package, &[], input)
+}
+
+/// [`stdio`] with more arguments.
+pub fn stdio_with(store: &Path, package: &str, args: &[&str], input: &[u8]) -> Output {
     let mut child = hako()
         .args(["serve", "--store"])
         .arg(store)
         .args(["--stdio", package])
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

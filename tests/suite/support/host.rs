@@ -139,6 +139,7 @@ impl Call {
                     policy: Arc::new(self.policy.clone()),
                     broker: Arc::clone(&self.broker),
                 },
+                gate: None,
             },
             CallStats::default(),
         )

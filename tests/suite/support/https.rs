@@ -5,8 +5,9 @@
 //!
 //! Routes: `/echo` (200, `{"method","path","body","version"}`), `/status/N`, `/redirect?to=URL
 //! [&code=N]` (N default 302, `to` percent-encoded), `/chain/N` (302 to `/chain/N-1`, 200 at
-//! 0), `/slow` (never answers), `/big/N` (N bytes of `a`), `/binary` (bytes that are not
-//! UTF-8), `/headers` (repeated `vary`, an upper-case-named header), anything else 404.
+//! 0), `/slow` (never answers), `/delay/MS` (200 after MS milliseconds), `/big/N` (N bytes of
+//! `a`), `/binary` (bytes that are not UTF-8), `/headers` (repeated `vary`, an upper-case-named
+//! header), anything else 404.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -287,6 +288,11 @@ async fn handle(request: Request<Incoming>, record: &Record, port: u16) -> Respo
             }
         },
         ["slow"] => std::future::pending().await,
+        ["delay", ms] => {
+            let ms = ms.parse().unwrap_or(0);
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            respond(200, format!("after {ms} ms"))
+        }
         ["big", n] => respond(200, vec![b'a'; n.parse().unwrap_or(0)]),
         ["binary"] => respond(200, vec![b'o', b'k', 0xff, 0xfe, 0x00, 0x80]),
         ["headers"] => {

@@ -1,0 +1,274 @@
+//! Serving that waits on nothing, through `hako serve` with real sockets and real guests: calls
+//! that sleep or wait on the broker's HTTPS answer hold no run permit, so many of them run at
+//! once beside one permit; a quick call of one package is answered while another package's
+//! call computes; a package's calls past its permits wait in its own line, and a call that
+//! waits there past its time limit ends as `timeout`; the bound on calls in flight answers
+//! 503 (in `serve_api`); SIGTERM drains every waiting call.
+
+use crate::serve_support::{self, request, Reply, Server};
+use crate::support::https::TestServer;
+
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::thread::JoinHandle;
+
+/// `POST /v1/packages/PACKAGE/call` with `body`, on a thread of its own.
+fn send(addr: SocketAddr, package: &str, body: Value) -> JoinHandle<Reply> {
+    let path = format!("/v1/packages/{package}/call");
+    std::thread::spawn(move || request(addr, "POST", &path, &[], body.to_string().as_bytes()))
+}
+
+fn outcome(reply: Reply) -> Value {
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    reply.json()
+}
+
+#[test]
+fn many_sleeping_calls_run_at_once_beside_one_permit() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &["--workers", "1"]);
+    let sleepers: Vec<_> = (0..32)
+        .map(|_| {
+            send(
+                server.addr,
+                "fixture",
+                json!({"tool": "sleep", "arguments": {"ms": 1500}}),
+            )
+        })
+        .collect();
+    // All 32 sleep at the same time: with calls tied to threads, one would.
+    server.wait_until("every call sleeps at once", |s| {
+        s.metric("hako_calls_waiting") == 32.0
+    });
+    assert_eq!(server.metric("hako_calls_running"), 0.0);
+    // Another package's quick call goes through meanwhile.
+    let greet = outcome(server.post_json(
+        "/v1/packages/greet/call",
+        &json!({"tool": "greet", "arguments": {"name": "Ada"}}),
+    ));
+    assert_eq!(greet["outcome"], "ok", "{greet}");
+    for sleeper in sleepers {
+        let done = outcome(sleeper.join().unwrap());
+        assert_eq!(done["outcome"], "ok", "{done}");
+        assert!(
+            done["stats"]["wait_us"].as_u64().unwrap() >= 1_500_000,
+            "{done}"
+        );
+    }
+    assert_eq!(server.metric("hako_calls_waiting"), 0.0);
+}
+
+#[test]
+fn calls_waiting_on_the_brokers_https_answers_run_at_once() {
+    let https = TestServer::start();
+    let conf = tempfile::tempdir().unwrap();
+    https.write_ca(&conf.path().join("test-ca.pem"));
+    let policy = conf.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[tls]\nextra_ca_files = [\"test-ca.pem\"]\n\n\
+             [packages.fixture]\nallow_hosts = [\"localhost:{}\"]\ntrust_private = [\"localhost\"]\n",
+            https.port
+        ),
+    )
+    .unwrap();
+    let store = serve_support::store();
+    let server = Server::start(
+        store.path(),
+        &["--workers", "1", "--policy", policy.to_str().unwrap()],
+    );
+    let url = format!("{}/delay/1500", https.base("localhost"));
+    let waiters: Vec<_> = (0..16)
+        .map(|_| {
+            send(
+                server.addr,
+                "fixture",
+                json!({"tool": "http", "arguments": {"request": {"url": url}}}),
+            )
+        })
+        .collect();
+    server.wait_until("every call waits on its answer at once", |s| {
+        s.metric("hako_calls_waiting") == 16.0
+    });
+    for waiter in waiters {
+        let done = outcome(waiter.join().unwrap());
+        assert_eq!(done["outcome"], "ok", "{done}");
+        let answer: Value =
+            serde_json::from_str(done["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(answer["ok"]["status"], 200, "{answer}");
+        assert_eq!(answer["ok"]["body"]["text"], "after 1500 ms", "{answer}");
+    }
+}
+
+#[test]
+fn a_quick_call_is_answered_while_another_packages_call_computes() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &["--workers", "1"]);
+    let spin = json!({"tool": "spin", "limits": {"timeout_ms": 4000}});
+    let spinning = send(server.addr, "fixture", spin.clone());
+    server.wait_until("the loop runs", |s| s.metric("hako_calls_running") == 1.0);
+    // greet has a permit of its own: it is answered while the loop still runs.
+    let greet = outcome(server.post_json(
+        "/v1/packages/greet/call",
+        &json!({"tool": "greet", "arguments": {"name": "Ada"}}),
+    ));
+    assert_eq!(greet["outcome"], "ok", "{greet}");
+    assert_eq!(
+        server.metric("hako_calls_in_flight"),
+        1.0,
+        "the loop still runs"
+    );
+    // The same package's next call waits in its package's line.
+    let echo = send(
+        server.addr,
+        "fixture",
+        json!({"tool": "echo", "arguments": {"said": "x"}}),
+    );
+    server.wait_until("the echo waits for the loop's permit", |s| {
+        s.metric("hako_calls_queued") == 1.0
+    });
+    let spun = outcome(spinning.join().unwrap());
+    assert_eq!(spun["crash"]["kind"], "timeout", "{spun}");
+    let echoed = outcome(echo.join().unwrap());
+    assert_eq!(echoed["outcome"], "ok", "{echoed}");
+    assert!(
+        echoed["stats"]["queue_us"].as_u64().unwrap() > 0,
+        "{echoed}"
+    );
+    let metrics = server.get("/metrics").text();
+    assert!(
+        metrics.contains("hako_package_calls_total{package=\"fixture\",outcome=\"crashed\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("hako_package_calls_total{package=\"greet\",outcome=\"ok\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_call_waiting_in_its_packages_line_past_its_limit_ends_as_timeout() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &["--workers", "1"]);
+    let spinning = send(
+        server.addr,
+        "fixture",
+        json!({"tool": "spin", "limits": {"timeout_ms": 3000}}),
+    );
+    server.wait_until("the loop runs", |s| s.metric("hako_calls_running") == 1.0);
+    let late = outcome(server.post_json(
+        "/v1/packages/fixture/call",
+        &json!({"tool": "echo", "arguments": {}, "limits": {"timeout_ms": 200}}),
+    ));
+    assert_eq!(late["outcome"], "crashed", "{late}");
+    assert_eq!(late["crash"]["kind"], "timeout", "{late}");
+    assert!(
+        late["crash"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("waited for its package's other calls past its time limit of 200 ms"),
+        "{late}"
+    );
+    assert_eq!(
+        outcome(spinning.join().unwrap())["crash"]["kind"],
+        "timeout"
+    );
+}
+
+#[test]
+fn a_sleeping_call_still_ends_at_its_time_limit() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &[]);
+    let slept = outcome(server.post_json(
+        "/v1/packages/fixture/call",
+        &json!({"tool": "sleep", "arguments": {"ms": 20000}, "limits": {"timeout_ms": 300}}),
+    ));
+    assert_eq!(slept["crash"]["kind"], "timeout", "{slept}");
+    assert_eq!(server.metric("hako_calls_waiting"), 0.0);
+    assert_eq!(server.metric("hako_calls_in_flight"), 0.0);
+}
+
+#[test]
+fn sigterm_answers_every_waiting_call_before_the_exit() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &["--workers", "1"]);
+    let sleepers: Vec<_> = (0..8)
+        .map(|_| {
+            send(
+                server.addr,
+                "fixture",
+                json!({"tool": "sleep", "arguments": {"ms": 800}}),
+            )
+        })
+        .collect();
+    server.wait_until("every call sleeps", |s| {
+        s.metric("hako_calls_waiting") == 8.0
+    });
+    let status = server.terminate();
+    assert!(status.success(), "{status:?}");
+    for sleeper in sleepers {
+        let done = outcome(sleeper.join().unwrap());
+        assert_eq!(done["outcome"], "ok", "{done}");
+    }
+}
+
+#[test]
+fn every_call_leaves_one_access_record_naming_its_package_door_and_outcome() {
+    let store = serve_support::store();
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("serve.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let server = Server::start_logging(
+        store.path(),
+        &["--log-format", "json"],
+        &[("HAKO_LOG", "warn,hako::access=info")],
+        log,
+    );
+    let mcp = server.post_json(
+        "/mcp/greet",
+        &json!({"jsonrpc": "2.0", "id": "r-7", "method": "tools/call", "params": {"name": "greet", "arguments": {"name": "Ada"}}}),
+    );
+    assert_eq!(mcp.status, 200, "{}", mcp.text());
+    let trap = outcome(server.post_json(
+        "/v1/packages/fixture/call",
+        &json!({"tool": "trap", "arguments": {}}),
+    ));
+    assert_eq!(trap["crash"]["kind"], "trap", "{trap}");
+    let slept = outcome(server.post_json(
+        "/v1/packages/fixture/call",
+        &json!({"tool": "sleep", "arguments": {"ms": 50}}),
+    ));
+    assert_eq!(slept["outcome"], "ok", "{slept}");
+    assert_eq!(server.terminate().code(), Some(0));
+    let records: Vec<Value> = std::fs::read_to_string(&log_path)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|err| panic!("{err}: {line}")))
+        .filter(|line: &Value| line["target"] == "hako::access")
+        .map(|line| line["fields"].clone())
+        .collect();
+    assert_eq!(records.len(), 3, "{records:?}");
+    let greet = &records[0];
+    assert_eq!(greet["package"], "greet", "{greet}");
+    assert_eq!(greet["tool"], "greet");
+    assert_eq!(greet["door"], "mcp");
+    assert_eq!(greet["caller"], "anyone");
+    assert_eq!(greet["rpc_id"], "\"r-7\"");
+    assert_eq!(greet["outcome"], "ok");
+    assert!(
+        greet["version"].is_string() && greet["call"] == 1,
+        "{greet}"
+    );
+    let trap = &records[1];
+    assert_eq!(
+        (&trap["door"], &trap["outcome"], &trap["kind"]),
+        (&json!("api"), &json!("crashed"), &json!("trap"))
+    );
+    let sleep = &records[2];
+    assert!(sleep["wait_ms"].as_f64().unwrap() >= 50.0, "{sleep}");
+    assert!(
+        sleep["total_ms"].as_f64().unwrap() >= sleep["wait_ms"].as_f64().unwrap(),
+        "{sleep}"
+    );
+}
