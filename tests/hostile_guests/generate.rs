@@ -1,10 +1,13 @@
 //! Modules aimed at a host's resources, drawn from any bytes: a third from `wasm-smith` (ABI
 //! shaped half the time, see `fuzz/src/smith.rs`), the rest built here from a [`Plan`]: an ABI
-//! 1 command whose `_start` runs a few hostile actions once or forever — memory and table
-//! grows, fills and copies of every size, host calls with lengths and counts at the edges of
-//! memory and past them (on iovec and subscription arrays it laid out first), and recursion,
-//! with a host call at the bottom of it. Every number comes from a list of edge values or from
-//! the bytes, so the same bytes always make the same module.
+//! 1 command whose `_start` runs a few hostile actions once, forever, or written out up to a
+//! thousand times in a straight line (no loop and no call: what only the checks after each
+//! bulk instruction stop in time) — memory and table grows, fills and copies of every size,
+//! host calls with lengths and counts at the edges of memory and past them (on iovec and
+//! subscription arrays it laid out first), files written a byte at a time far apart (holes the
+//! write budget must count), and recursion, with a host call at the bottom of it. Every number
+//! comes from a list of edge values or from the bytes, so the same bytes always make the same
+//! module.
 
 use arbitrary::{Result, Unstructured};
 use hako_engine_api::{Import, ValType as AbiType};
@@ -111,6 +114,12 @@ enum Action {
     HostDeep {
         depth: i32,
     },
+    /// A file `sparse` made in the first preopen (fd 3), then one byte written `count` times,
+    /// `stride` bytes apart, with `fd_pwrite`: holes a write budget must count.
+    SparseFile {
+        stride: i32,
+        count: i32,
+    },
 }
 
 /// A hostile module before it is encoded.
@@ -124,6 +133,8 @@ struct Plan {
     deep_args: Vec<u64>,
     actions: Vec<Action>,
     forever: bool,
+    /// How many times the actions are written out one after another in `_start`.
+    straight: u32,
 }
 
 /// The imports a plan may draw: those whose work grows with what the guest asks.
@@ -176,7 +187,7 @@ impl Plan {
         let deep_args = args(u, imports[0])?;
         let mut actions = Vec::new();
         for _ in 0..u.int_in_range(1..=6)? {
-            let action = match u.int_in_range(0..=9)? {
+            let action = match u.int_in_range(0..=10)? {
                 0 => Action::MemoryGrow(edge32(u)?),
                 1 => Action::MemoryFill {
                     at: edge32(u)?,
@@ -203,6 +214,10 @@ impl Plan {
                     len: edge32(u)?,
                 },
                 6 => Action::Recurse { depth: edge32(u)? },
+                10 => Action::SparseFile {
+                    stride: *u.choose(&[1, 4096, 65_536, 1 << 20, 1 << 30])?,
+                    count: *u.choose(&[1, 100, 10_000, 1_000_000])?,
+                },
                 7 => Action::HostDeep { depth: edge32(u)? },
                 _ => {
                     let import = u.choose_index(imports.len())? as u32;
@@ -214,6 +229,17 @@ impl Plan {
             };
             actions.push(action);
         }
+        // A sparse file needs its two imports, whatever else was drawn.
+        if actions
+            .iter()
+            .any(|action| matches!(action, Action::SparseFile { .. }))
+        {
+            for import in [Import::PathOpen, Import::FdPwrite] {
+                if !imports.contains(&import) {
+                    imports.push(import);
+                }
+            }
+        }
         Ok(Plan {
             memory_min,
             memory_max,
@@ -222,6 +248,13 @@ impl Plan {
             deep_args,
             actions,
             forever: u.ratio(1, 2)?,
+            // Up to 6 actions of at most ~120 bytes each (a record loop), 1,000 times: within the
+            // 1 MiB a function body may have.
+            straight: if u.ratio(1, 4)? {
+                *u.choose(&[10, 200, 1_000])?
+            } else {
+                1
+            },
         })
     }
 
@@ -321,9 +354,11 @@ impl Plan {
         if self.forever {
             f.instruction(&Instruction::Loop(BlockType::Empty));
         }
-        for action in &self.actions {
-            for instruction in self.action(action, recurse, deep) {
-                f.instruction(&instruction);
+        for _ in 0..self.straight {
+            for action in &self.actions {
+                for instruction in self.action(action, recurse, deep) {
+                    f.instruction(&instruction);
+                }
             }
         }
         if self.forever {
@@ -376,7 +411,76 @@ impl Plan {
             Action::Host { import, ref args } => self.import_call(import, args),
             Action::Recurse { depth } => vec![I::I32Const(depth), I::Call(recurse)],
             Action::HostDeep { depth } => vec![I::I32Const(depth), I::Call(deep)],
+            Action::SparseFile { stride, count } => self.sparse_file(stride, count),
         }
+    }
+
+    /// The instructions of [`Action::SparseFile`]: its name, iovec and byte at the bottom of
+    /// memory (a store out of bounds traps, as it would in any guest), then `path_open` and
+    /// the loop of `fd_pwrite`, local 0 counting; their errnos are dropped.
+    fn sparse_file(&self, stride: i32, count: i32) -> Vec<Instruction<'static>> {
+        use Instruction as I;
+        const NAME_AT: i32 = 0;
+        const IOVEC_AT: i32 = 16;
+        const BYTE_AT: i32 = 24;
+        const FD_AT: i32 = 32;
+        const WRITTEN_AT: i32 = 40;
+        let index = |wanted: Import| {
+            self.imports
+                .iter()
+                .position(|import| *import == wanted)
+                .expect("a plan with a sparse file imports what it needs") as u32
+        };
+        let store =
+            |at: i32, value: i32| vec![I::I32Const(at), I::I32Const(value), I::I32Store(memarg())];
+        let mut out = Vec::new();
+        out.extend(store(NAME_AT, i32::from_le_bytes(*b"spar")));
+        out.extend(store(NAME_AT + 4, i32::from_le_bytes(*b"se\0\0")));
+        out.extend(store(IOVEC_AT, BYTE_AT));
+        out.extend(store(IOVEC_AT + 4, 1));
+        out.extend(store(BYTE_AT, 0x78));
+        // path_open(3, 0, "sparse", O_CREAT, FD_WRITE | FD_SEEK, 0, 0, FD_AT)
+        out.extend([
+            I::I32Const(3),
+            I::I32Const(0),
+            I::I32Const(NAME_AT),
+            I::I32Const(6),
+            I::I32Const(1),
+            I::I64Const(0x44),
+            I::I64Const(0),
+            I::I32Const(0),
+            I::I32Const(FD_AT),
+            I::Call(index(Import::PathOpen)),
+            I::Drop,
+            I::I32Const(0),
+            I::LocalSet(0),
+            I::Block(BlockType::Empty),
+            I::Loop(BlockType::Empty),
+            I::LocalGet(0),
+            I::I32Const(count),
+            I::I32GeU,
+            I::BrIf(1),
+            // fd_pwrite(fd, IOVEC_AT, 1, i * stride, WRITTEN_AT)
+            I::I32Const(FD_AT),
+            I::I32Load(memarg()),
+            I::I32Const(IOVEC_AT),
+            I::I32Const(1),
+            I::LocalGet(0),
+            I::I64ExtendI32U,
+            I::I64Const(i64::from(stride as u32)),
+            I::I64Mul,
+            I::I32Const(WRITTEN_AT),
+            I::Call(index(Import::FdPwrite)),
+            I::Drop,
+            I::LocalGet(0),
+            I::I32Const(1),
+            I::I32Add,
+            I::LocalSet(0),
+            I::Br(0),
+            I::End,
+            I::End,
+        ]);
+        out
     }
 }
 

@@ -10,7 +10,9 @@
 //!   after [`HANG`] is a hang, and ends the run at once with the module kept and every
 //!   thread's stack printed ([`Watch`]), as failed;
 //! - the process's peak resident set grows during the call by less than the cap plus
-//!   [`OVERHEAD`], what the host may hold beside a guest's memory and tables.
+//!   [`OVERHEAD`], what the host may hold beside a guest's memory and tables;
+//! - the files the call left in its volume take at most [`WRITE_BUDGET`] of the disk (blocks
+//!   counted, so that holes a write leaves count too), plus [`NODE_SLACK`] a file.
 //!
 //! Every other call of a module runs on an instance made ahead of it, and is followed by one
 //! more made and dropped unrun, as `hako serve` makes them; both are inside the timing and the
@@ -62,6 +64,10 @@ const OVERHEAD: u64 = 48 << 20;
 
 /// The write budget of every call: files it writes cost the disk this much at most.
 const WRITE_BUDGET: u64 = 16 << 20;
+
+/// What a file may take on disk beside the bytes the budget counts: its last, partly written
+/// blocks.
+const NODE_SLACK: u64 = 8 << 10;
 
 const NAME: &str = "hostile_guests";
 
@@ -250,6 +256,9 @@ struct Fuzzer {
     outcomes: std::collections::BTreeMap<String, u64>,
     failures: Vec<String>,
     volume: tempfile::TempDir,
+    /// Calls that left files in their volume, and the most disk one call's files took.
+    wrote_files: u64,
+    largest_on_disk: u64,
 }
 
 impl Fuzzer {
@@ -274,6 +283,8 @@ impl Fuzzer {
             outcomes: Default::default(),
             failures: Vec::new(),
             volume: scratch(),
+            wrote_files: 0,
+            largest_on_disk: 0,
         }
     }
 
@@ -331,7 +342,8 @@ impl Fuzzer {
             let before = resident("VmRSS");
             let started = Instant::now();
             Watch::call(format!("{name} on {config}"));
-            let request = self.request(cap_mib);
+            let volume = tempfile::tempdir_in(self.volume.path()).expect("a volume folder");
+            let request = self.request(cap_mib, volume.path());
             let limits = request.limits;
             // Every other call runs as `hako serve` runs them: on an instance made ahead of
             // it, then one more made for a next call that never comes, dropped unrun.
@@ -349,6 +361,12 @@ impl Fuzzer {
             }
             Watch::ended();
             let took = started.elapsed();
+            let (files, on_disk) = disk_use(volume.path());
+            drop(volume);
+            if files > 0 {
+                self.wrote_files += 1;
+                self.largest_on_disk = self.largest_on_disk.max(on_disk);
+            }
             let growth = resident("VmHWM").saturating_sub(before);
             let subject = &mut self.subjects[index];
             subject.runs += 1;
@@ -372,6 +390,16 @@ impl Fuzzer {
                 self.fail(name, wasm, config, &message);
                 return;
             }
+            if on_disk > WRITE_BUDGET + files * NODE_SLACK {
+                let message = format!(
+                    "the call ({outcome}) left {files} file(s) taking {} KiB of the disk, past \
+                     its write budget of {} KiB",
+                    on_disk >> 10,
+                    WRITE_BUDGET >> 10
+                );
+                self.fail(name, wasm, config, &message);
+                return;
+            }
             if took > LIMIT + GRACE {
                 if attempt < 3 {
                     continue;
@@ -388,13 +416,14 @@ impl Fuzzer {
         }
     }
 
-    fn request(&self, cap_mib: u64) -> ToolRequest<'static> {
+    /// A call's request, whose `/volume/tmp` is `volume` (kept after the call, to be measured).
+    fn request(&self, cap_mib: u64, volume: &Path) -> ToolRequest<'static> {
         let mut limits = Limits::CALL;
         limits.timeout = LIMIT;
         limits.max_memory_bytes = cap_mib << 20;
         limits.write_budget = WRITE_BUDGET;
         let mut mounts = Mounts::fresh(None);
-        mounts.volume_tmp = VolumeTmp::FreshIn(self.volume.path().to_path_buf());
+        mounts.volume_tmp = VolumeTmp::Given(volume.to_path_buf());
         ToolRequest {
             program: "hostile",
             tool: "hostile",
@@ -446,6 +475,12 @@ impl Fuzzer {
             .map(|(outcome, count)| format!("{outcome} {count}"))
             .collect();
         println!("{NAME}: outcomes: {}", outcomes.join(", "));
+        println!(
+            "{NAME}: {} calls left files in their volume, the most on disk {} KiB (budget {} KiB)",
+            self.wrote_files,
+            self.largest_on_disk >> 10,
+            WRITE_BUDGET >> 10
+        );
         if self.failures.is_empty() {
             println!("test result: ok. 1 passed; 0 failed");
             ExitCode::SUCCESS
@@ -457,6 +492,27 @@ impl Fuzzer {
             ExitCode::FAILURE
         }
     }
+}
+
+/// How many files there are under `dir`, and the bytes of the disk they take (their blocks).
+fn disk_use(dir: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let mut found = (0, 0);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Ok(metadata) = entry.path().symlink_metadata() else {
+            continue;
+        };
+        if metadata.is_dir() {
+            let (files, bytes) = disk_use(&entry.path());
+            found = (found.0 + files, found.1 + bytes);
+        } else {
+            found = (found.0 + 1, found.1 + metadata.blocks() * 512);
+        }
+    }
+    found
 }
 
 /// A folder for the calls' volumes, on a memory file system when there is one.
