@@ -285,21 +285,34 @@ const MAX_RANGES: usize = 1024;
 /// ever appended to (under `writer`), and each pair is written before `len` publishes it, so
 /// the signal handler reads it with atomics alone. A segment of a library unloaded since
 /// stays listed, which only means an interrupt landing at that address waits for the next.
+///
+/// Once a segment finds the table full, the table can no longer tell host code from guest
+/// code, and every address counts as host code: a signal then stops nothing (the compiled
+/// checks and the WASI layer's cancel flag still do), rather than hand a fault in host code to
+/// wasmer, whose decline would reset `SIGSEGV` to its default for an instant in which a real
+/// fault on another thread would end the process.
 struct HostCode {
     starts: [AtomicUsize; MAX_RANGES],
     ends: [AtomicUsize; MAX_RANGES],
     len: AtomicUsize,
+    /// A segment did not fit.
+    overflowed: AtomicBool,
     writer: Mutex<()>,
 }
 
-static HOST_CODE: HostCode = HostCode {
-    starts: [const { AtomicUsize::new(0) }; MAX_RANGES],
-    ends: [const { AtomicUsize::new(0) }; MAX_RANGES],
-    len: AtomicUsize::new(0),
-    writer: Mutex::new(()),
-};
+static HOST_CODE: HostCode = HostCode::new();
 
 impl HostCode {
+    const fn new() -> Self {
+        HostCode {
+            starts: [const { AtomicUsize::new(0) }; MAX_RANGES],
+            ends: [const { AtomicUsize::new(0) }; MAX_RANGES],
+            len: AtomicUsize::new(0),
+            overflowed: AtomicBool::new(false),
+            writer: Mutex::new(()),
+        }
+    }
+
     /// Adds the executable segments of every object loaded now that the table lacks.
     fn refresh(&self) {
         let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
@@ -319,7 +332,16 @@ impl HostCode {
             self.starts[i].load(Ordering::Relaxed) == start
                 && self.ends[i].load(Ordering::Relaxed) == end
         });
-        if listed || len == MAX_RANGES || start >= end {
+        if listed || start >= end {
+            return;
+        }
+        if len == MAX_RANGES {
+            if !self.overflowed.swap(true, Ordering::AcqRel) {
+                tracing::error!(
+                    "more than {MAX_RANGES} executable segments are loaded: deadline signals \
+                     stop no guest code from now on (the compiled checks still do)"
+                );
+            }
             return;
         }
         self.starts[len].store(start, Ordering::Relaxed);
@@ -327,8 +349,12 @@ impl HostCode {
         self.len.store(len + 1, Ordering::Release);
     }
 
-    /// Whether `pc` is in a listed segment. Safe in a signal handler: atomic loads only.
+    /// Whether `pc` is in a listed segment, or may be in one the full table lacks. Safe in a
+    /// signal handler: atomic loads only.
     fn contains(&self, pc: usize) -> bool {
+        if self.overflowed.load(Ordering::Acquire) {
+            return true;
+        }
         let len = self.len.load(Ordering::Acquire);
         (0..len).any(|i| {
             self.starts[i].load(Ordering::Relaxed) <= pc
@@ -606,20 +632,42 @@ mod tests {
         let entered = target.enter();
         deliver(&mut context);
         assert_eq!(pc_sp(&context), (host_pc, sp));
+        assert!(!target.trapped.load(Ordering::SeqCst));
         // Passed, but in host code: swallowed.
         target.raised.store(true, Ordering::SeqCst);
         deliver(&mut context);
         assert_eq!(pc_sp(&context), (host_pc, sp));
+        assert!(
+            !target.trapped.load(Ordering::SeqCst),
+            "host code is never trapped"
+        );
         // Passed and outside host code, but (unlike guest code) outside wasmer's trap scope:
         // wasmer declines and hands the fault to the handler before it, which resets SIGSEGV
         // to its default; the disposition is put back, so a real fault still traps.
         set_pc_sp(&mut context, 0x10, sp);
         deliver(&mut context);
+        assert!(
+            target.trapped.load(Ordering::SeqCst),
+            "outside host code, the signal is made a trap"
+        );
         assert_eq!(pc_sp(&context), (0x10, sp));
         assert_eq!(segv_handler(), wasmer_handler);
         drop(entered);
         assert!(CURRENT.with(Cell::get).is_null());
         assert!(target.thread().is_none());
+    }
+
+    #[test]
+    fn a_full_table_of_host_code_counts_every_address_as_host_code() {
+        let table = Box::new(HostCode::new());
+        let _writer = table.writer.lock().unwrap();
+        for i in 0..MAX_RANGES {
+            table.add(0x1000 * (i + 1), 0x1000 * (i + 1) + 0x10);
+        }
+        assert!(table.contains(0x1000) && !table.contains(0x10));
+        // One segment past the table: nothing can be told apart any more.
+        table.add(0x7000_0000, 0x7000_0010);
+        assert!(table.contains(0x10) && table.contains(0x7000_0000));
     }
 
     #[test]
