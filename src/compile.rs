@@ -81,6 +81,10 @@ pub enum CompileError {
     /// The worker could not be started at all.
     #[error("starting the compile worker: {0}")]
     Spawn(std::io::Error),
+    /// The worker can run here, but could not be started now (out of descriptors, processes or
+    /// memory): the compile is not run unbounded instead.
+    #[error("the machine is too busy to start the compile worker now ({0}); try again shortly")]
+    Busy(std::io::Error),
 }
 
 impl CompileError {
@@ -91,7 +95,10 @@ impl CompileError {
             CompileError::Timeout { .. } => Some("compile.time"),
             CompileError::Memory { .. } => Some("compile.memory"),
             CompileError::Crashed { .. } => Some("compile.crash"),
-            CompileError::Engine(_) | CompileError::Worker(_) | CompileError::Spawn(_) => None,
+            CompileError::Engine(_)
+            | CompileError::Worker(_)
+            | CompileError::Spawn(_)
+            | CompileError::Busy(_) => None,
         }
     }
 }
@@ -143,10 +150,15 @@ pub fn compile(
         _ => WORKER.get(),
     };
     match worker {
+        Some(_) if WORKER_RUNS.get() == Some(&false) => in_process(config, target, wasm),
         Some(exe) => match in_child(exe, config, target, wasm, bounds) {
-            Err(CompileError::Spawn(error)) => {
+            Err(CompileError::Spawn(error)) if cannot_exist(&error) => {
                 // Only where this binary cannot run itself (an aarch64 binary under qemu-user,
-                // on a machine without binfmt_misc): logged once, then unbounded.
+                // on a machine without binfmt_misc), known by the first start that tells, and
+                // unless a worker started before: logged once, then unbounded.
+                if *WORKER_RUNS.get_or_init(|| false) {
+                    return Err(CompileError::Busy(error));
+                }
                 static SAID: std::sync::Once = std::sync::Once::new();
                 SAID.call_once(|| {
                     tracing::info!(
@@ -156,10 +168,29 @@ pub fn compile(
                 });
                 in_process(config, target, wasm)
             }
-            other => other,
+            // Out of descriptors, processes or memory: the worker exists, the machine is busy.
+            Err(CompileError::Spawn(error)) => Err(CompileError::Busy(error)),
+            other => {
+                let _ = WORKER_RUNS.set(true);
+                other
+            }
         },
         None => in_process(config, target, wasm),
     }
+}
+
+/// Whether this process can start its compile worker: set by the first start that tells (a
+/// worker that started, or a start that failed as only one that cannot exist fails), then
+/// kept, so that a later failure to start one never makes a compile run unbounded.
+static WORKER_RUNS: OnceLock<bool> = OnceLock::new();
+
+/// Whether a failed start says the worker cannot exist here (its binary cannot be executed),
+/// rather than that the machine is short of something now.
+fn cannot_exist(error: &std::io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::ENOEXEC | libc::ENOENT | libc::EACCES | libc::ELIBBAD)
+    )
 }
 
 fn in_process(
@@ -312,11 +343,9 @@ fn judge(
         // What a child whose `exec` failed exits with when the failure cannot be told to the
         // parent (glibc's `posix_spawn` under an emulator that runs `vfork` as `fork`): the
         // worker never exits so itself.
-        Some(EXIT_NOT_STARTED) if stderr.is_empty() && output.is_empty() => {
-            Err(CompileError::Spawn(std::io::Error::other(
-                "the worker's exec failed (status 127)",
-            )))
-        }
+        Some(EXIT_NOT_STARTED) if stderr.is_empty() && output.is_empty() => Err(
+            CompileError::Spawn(std::io::Error::from_raw_os_error(libc::ENOEXEC)),
+        ),
         Some(0) => decode(&output).ok_or_else(|| {
             CompileError::Worker("the compile worker's answer is not what it writes".into())
         }),

@@ -82,6 +82,8 @@ enum UploadFailure {
     Refused(Value),
     /// The host failed.
     Internal(String),
+    /// The machine was too busy to compile now (503, `Retry-After`).
+    Busy(String),
 }
 
 impl UploadFailure {
@@ -97,6 +99,9 @@ impl UploadFailure {
             ),
             UploadFailure::Internal(message) => {
                 problem(StatusCode::INTERNAL_SERVER_ERROR, &message)
+            }
+            UploadFailure::Busy(message) => {
+                response::busy("application/json", json!({ "error": message }).to_string())
             }
         }
     }
@@ -178,6 +183,9 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
                          the server's log has what the compiler said)"
                     ),
                 }])))
+            }
+            Err(UploadError::Compile(err @ CompileError::Busy(_))) => {
+                Err(UploadFailure::Busy(err.to_string()))
             }
             Err(err) if err.compile_rule().is_some() => Err(UploadFailure::Refused(json!([
                 {"rule": err.compile_rule(), "message": crate::error_chain(&err)}

@@ -398,6 +398,41 @@ fn a_compile_past_its_memory_bound_is_refused_by_rule() {
     }
 }
 
+#[test]
+fn a_compile_whose_worker_cannot_start_for_want_of_descriptors_is_never_run_unbounded() {
+    // Under every descriptor limit from one that lets nothing open to one that lets the worker
+    // start, an upload with a compile limit of 1 ms fails: by that limit (the worker ran), by
+    // a busy machine (it could not start), or by a file the command could not open. A compile
+    // in this process instead, without its bounds, would store the package.
+    let greet = support::greet_package_dir();
+    let mut busy = 0;
+    for descriptors in 4..=40 {
+        let store = tempfile::tempdir().unwrap();
+        let output = std::process::Command::new("prlimit")
+            .arg(format!("--nofile={descriptors}:{descriptors}"))
+            .arg("--")
+            .args(support::hako_argv())
+            .args(["upload", support::arg(&greet), "--compile-timeout-ms", "1"])
+            .env("HAKO_STORE", store.path())
+            .output()
+            .expect("prlimit runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(1),
+            "{descriptors} descriptors: {stderr}"
+        );
+        assert!(
+            !stderr.contains("stored"),
+            "{descriptors} descriptors: {stderr}"
+        );
+        if stderr.contains("too busy to start the compile worker") {
+            busy += 1;
+        }
+    }
+    assert!(busy > 0, "no limit left the worker unstarted");
+}
+
 /// The engine flags of `config` for the command line.
 fn engine_flags(config: hako::engines::EngineConfig) -> Vec<String> {
     vec![
