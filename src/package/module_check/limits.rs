@@ -53,6 +53,14 @@ pub const EXPORTS: Bound = Bound {
     what: "exports",
     most: 1_000,
 };
+/// The bytes of every import's module and field name and every export's name, together:
+/// engines copy the names into each instance (wasmer at every instantiation), outside any
+/// memory cap, so a module of long names would make each call allocate that much.
+pub const NAMES: Bound = Bound {
+    rule: "module.names",
+    what: "bytes of import and export names",
+    most: 256 << 10,
+};
 /// Globals.
 pub const GLOBALS: Bound = Bound {
     rule: "module.globals",
@@ -109,11 +117,12 @@ pub const NESTING: Bound = Bound {
 };
 
 /// Every bound, for the README's table and the tests.
-pub const ALL: [Bound; 13] = [
+pub const ALL: [Bound; 14] = [
     TYPES,
     FUNCTIONS,
     IMPORTS,
     EXPORTS,
+    NAMES,
     GLOBALS,
     TABLES,
     TABLE_MINIMUM,
@@ -139,6 +148,8 @@ struct Counts {
     functions: u64,
     tables: u64,
     element_items: u64,
+    /// Bytes of import and export names so far.
+    names: u64,
     /// The index of the next function body (imports first).
     body: u64,
     problems: Vec<Problem>,
@@ -169,16 +180,19 @@ impl Counts {
                 Payload::ImportSection(reader) => {
                     let mut imports = 0u64;
                     for import in reader.into_imports() {
+                        let import = import?;
                         if matches!(
-                            import?.ty,
+                            import.ty,
                             wasmparser::TypeRef::Func(_) | wasmparser::TypeRef::FuncExact(_)
                         ) {
                             self.functions += 1;
                         }
+                        self.names += (import.module.len() + import.name.len()) as u64;
                         imports += 1;
                     }
                     self.body = self.functions;
                     self.module(IMPORTS, imports);
+                    self.module(NAMES, self.names);
                 }
                 Payload::FunctionSection(reader) => {
                     self.functions += u64::from(reader.count());
@@ -196,7 +210,13 @@ impl Counts {
                     self.module(TABLES, self.tables);
                 }
                 Payload::GlobalSection(reader) => self.module(GLOBALS, reader.count().into()),
-                Payload::ExportSection(reader) => self.module(EXPORTS, reader.count().into()),
+                Payload::ExportSection(reader) => {
+                    self.module(EXPORTS, reader.count().into());
+                    for export in reader {
+                        self.names += export?.name.len() as u64;
+                    }
+                    self.module(NAMES, self.names);
+                }
                 Payload::ElementSection(reader) => {
                     self.module(ELEMENT_SEGMENTS, reader.count().into());
                     for element in reader {
@@ -334,6 +354,30 @@ mod tests {
             .map(|(rule, _)| rule)
             .collect();
         assert_eq!(rules, ["module.globals", "module.exports"]);
+    }
+
+    #[test]
+    fn import_and_export_names_past_their_bound_together_are_refused() {
+        // Each name alone is modest (a parser takes names up to 100,000 bytes); together they
+        // pass 256 KiB.
+        let long = "n".repeat(50_000);
+        let exports: String = (0..5)
+            .map(|i| format!(r#"(export "{long}{i}" (func 1))"#))
+            .collect();
+        let wat = format!(
+            r#"(module (import "wasi_snapshot_preview1" "{long}" (func)) (func) {exports})"#
+        );
+        assert_eq!(
+            rules_and_messages(&wat),
+            [(
+                "module.names",
+                "the module has 300027 bytes of import and export names; at most 262144 are \
+                 allowed"
+                    .to_string()
+            )]
+        );
+        let within = format!(r#"(module (func) (export "{long}" (func 0)))"#);
+        assert_eq!(rules_and_messages(&within), []);
     }
 
     #[test]
