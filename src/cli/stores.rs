@@ -89,6 +89,9 @@ impl StoreArgs {
             }),
             Location::Bucket { bucket, prefix } => {
                 let store = open_folder(&self.cache())?.trusting(trust.keys.clone());
+                store
+                    .mark_bucket_cache()
+                    .map_err(|err| Failure::Host(err.into()))?;
                 let runtime = bucket::runtime().map_err(|err| Failure::Host(err.into()))?;
                 let bucket = runtime
                     .block_on(async {

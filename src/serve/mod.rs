@@ -101,6 +101,9 @@ fn calls(config: &ServeConfig) -> Result<Arc<Calls>, ServeError> {
         .map(|follow| follow.trust.keys.clone())
         .unwrap_or_default();
     let mut store = Store::open(&config.store)?.trusting(trusted);
+    if config.follow.is_some() {
+        store.mark_bucket_cache()?;
+    }
     store.set_compile_bounds(config.compile);
     // The lease is taken now, so that what a killed server left in the staging folder is swept
     // at start, not at the first upload.

@@ -236,6 +236,25 @@ impl ArtifactCache {
         (is_artifact_file_name(name) && metadata.is_file()).then_some(path)
     }
 
+    /// Removes every artifact that has no origin beside it (one compiled here, or one an earlier
+    /// release fetched before origins were kept); returns how many went.
+    pub fn drop_without_origin(&self) -> std::io::Result<usize> {
+        let mut dropped = 0;
+        for entry in fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str().filter(|name| is_artifact_file_name(name)) else {
+                continue;
+            };
+            let path = self.dir.join(name);
+            if !origin_path(&path).exists() {
+                fs::remove_file(&path)?;
+                dropped += 1;
+            }
+        }
+        Ok(dropped)
+    }
+
     /// Puts `bytes`, an artifact fetched from elsewhere, in the cache as `name`, atomically,
     /// with its `origin` beside it. The caller vouches for the bytes (a trusted signature over
     /// their digest); a load checks their header against the key, as for any file here. The

@@ -203,6 +203,12 @@ pub enum PutResult {
     Unchanged,
 }
 
+/// The file that marks a folder as a bucket's cache of the current format.
+const BUCKET_CACHE_MARK: &str = "bucket-cache";
+
+/// What [`BUCKET_CACHE_MARK`] holds: the format, in which every fetched artifact has its origin.
+const BUCKET_CACHE_FORMAT: &[u8] = b"hako bucket cache 2: fetched artifacts keep their origin\n";
+
 impl Store {
     /// Opens (and creates) the store at `root`.
     ///
@@ -237,6 +243,35 @@ impl Store {
             compile_bounds: CompileBounds::DEFAULT,
             trusted: Arc::default(),
         })
+    }
+
+    /// Makes this store a bucket's cache of the current format. A cache of an earlier release
+    /// kept no origin beside the artifacts it fetched, and an artifact without one is taken as
+    /// compiled here, whatever the trust: so, once, the artifacts of a cache without the mark
+    /// are dropped (each is fetched again under a signature, or compiled here), then the mark
+    /// is written. A cache of this format keeps its artifacts.
+    pub fn mark_bucket_cache(&self) -> Result<(), StoreError> {
+        let mark = self.root.join(BUCKET_CACHE_MARK);
+        if fs::read(&mark).is_ok_and(|bytes| bytes == BUCKET_CACHE_FORMAT) {
+            return Ok(());
+        }
+        let dir = self.artifacts_dir();
+        let dropped = self
+            .artifacts
+            .drop_without_origin()
+            .map_err(io("cleaning", &dir))?;
+        if dropped > 0 {
+            tracing::info!(
+                "dropped {dropped} artifact(s) of a cache made by an earlier release, which \
+                 kept no origin beside them"
+            );
+        }
+        artifact::write_atomically(&mark, BUCKET_CACHE_FORMAT, &self.staging)
+            .map_err(io("writing", &mark))
+    }
+
+    fn artifacts_dir(&self) -> PathBuf {
+        self.root.join("artifacts")
     }
 
     /// Loads artifacts fetched from a bucket only while a key of `keys` signed their record

@@ -680,6 +680,20 @@ fn an_artifact_fetched_under_a_key_no_longer_trusted_is_compiled_here_instead() 
     let (call, stderr) = call_json(&seaweed, "revoked", node.path(), &["--trust-key", &public]);
     assert_eq!(call["stats"]["compiled"], true, "{call}");
     assert!(stderr.contains("cannot be read"), "{stderr}");
+
+    // A cache an earlier release left: a fetched artifact without its origin, and no mark of
+    // the cache's format. Its artifacts are dropped once, so the fetched code is not loaded
+    // without a trusted key; the cache is marked, and keeps the node's own compile from then.
+    let node = tempfile::tempdir().unwrap();
+    call_json(&seaweed, "revoked", node.path(), &["--trust-key", &public]);
+    let artifacts = node.path().join("artifacts");
+    std::fs::remove_file(artifacts.join(format!("{artifact}.origin"))).unwrap();
+    std::fs::remove_file(node.path().join("bucket-cache")).unwrap();
+    let (call, _) = call_json(&seaweed, "revoked", node.path(), &[]);
+    assert_eq!(call["stats"]["compiled"], true, "{call}");
+    assert!(node.path().join("bucket-cache").exists());
+    let (call, _) = call_json(&seaweed, "revoked", node.path(), &[]);
+    assert_eq!(call["stats"]["compiled"], false, "{call}");
 }
 
 /// Replaces the package's pointer in the bucket with `bytes`, as a bucket writer could.
