@@ -452,34 +452,24 @@ impl Plan {
             I::I32Const(FD_AT),
             I::Call(index(Import::PathOpen)),
             I::Drop,
-            I::I32Const(0),
-            I::LocalSet(0),
-            I::Block(BlockType::Empty),
-            I::Loop(BlockType::Empty),
-            I::LocalGet(0),
-            I::I32Const(count),
-            I::I32GeU,
-            I::BrIf(1),
-            // fd_pwrite(fd, IOVEC_AT, 1, i * stride, WRITTEN_AT)
-            I::I32Const(FD_AT),
-            I::I32Load(memarg()),
-            I::I32Const(IOVEC_AT),
-            I::I32Const(1),
-            I::LocalGet(0),
-            I::I64ExtendI32U,
-            I::I64Const(i64::from(stride as u32)),
-            I::I64Mul,
-            I::I32Const(WRITTEN_AT),
-            I::Call(index(Import::FdPwrite)),
-            I::Drop,
-            I::LocalGet(0),
-            I::I32Const(1),
-            I::I32Add,
-            I::LocalSet(0),
-            I::Br(0),
-            I::End,
-            I::End,
         ]);
+        // fd_pwrite(fd, IOVEC_AT, 1, i * stride, WRITTEN_AT)
+        out.extend(counted_loop(
+            count,
+            vec![
+                I::I32Const(FD_AT),
+                I::I32Load(memarg()),
+                I::I32Const(IOVEC_AT),
+                I::I32Const(1),
+                I::LocalGet(0),
+                I::I64ExtendI32U,
+                I::I64Const(i64::from(stride as u32)),
+                I::I64Mul,
+                I::I32Const(WRITTEN_AT),
+                I::Call(index(Import::FdPwrite)),
+                I::Drop,
+            ],
+        ));
         out
     }
 }
@@ -504,6 +494,16 @@ fn records(at: i32, count: i32, buffer: i32, len: i32) -> Vec<Instruction<'stati
             I::I32Add,
         ]
     };
+    let mut body = address(0);
+    body.extend([I::I32Const(buffer), I::I32Store(memarg())]);
+    body.extend(address(4));
+    body.extend([I::I32Const(len), I::I32Store(memarg())]);
+    counted_loop(count, body)
+}
+
+/// `body` run `count` times, local 0 counting from 0.
+fn counted_loop(count: i32, body: Vec<Instruction<'static>>) -> Vec<Instruction<'static>> {
+    use Instruction as I;
     let mut out = vec![
         I::I32Const(0),
         I::LocalSet(0),
@@ -514,10 +514,7 @@ fn records(at: i32, count: i32, buffer: i32, len: i32) -> Vec<Instruction<'stati
         I::I32GeU,
         I::BrIf(1),
     ];
-    out.extend(address(0));
-    out.extend([I::I32Const(buffer), I::I32Store(memarg())]);
-    out.extend(address(4));
-    out.extend([I::I32Const(len), I::I32Store(memarg())]);
+    out.extend(body);
     out.extend([
         I::LocalGet(0),
         I::I32Const(1),

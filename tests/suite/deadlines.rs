@@ -132,14 +132,16 @@ fn a_table_init_loop_is_stopped_by_its_deadline() {
 }
 
 /// How many bulk instructions a straight-line body holds: unchecked, each of these runs takes
-/// many seconds (20,000 fills of 64 MiB, or of 65,536 table elements), far past the slack.
-const STRAIGHT: usize = 20_000;
+/// many seconds (2,000 writes of 64 MiB of memory, 10,000 of 65,536 table elements), far past
+/// the slack, and compiles in a few seconds even under emulation.
+const STRAIGHT_MEMORY: usize = 2_000;
+const STRAIGHT_TABLE: usize = 10_000;
 
-/// A module of `CAP` bytes of memory whose `_start` is `body` written [`STRAIGHT`] times, with
-/// no loop and no call: only the checks after each bulk instruction can stop it.
-fn straight(extra: &str, body: &str) -> Vec<u8> {
+/// A module of `CAP` bytes of memory whose `_start` is `body` written `times` times, with no
+/// loop and no call: only the checks after each bulk instruction can stop it.
+fn straight(extra: &str, body: &str, times: usize) -> Vec<u8> {
     let pages = CAP >> 16;
-    let run = body.repeat(STRAIGHT);
+    let run = body.repeat(times);
     wat::parse_str(format!(
         r#"(module (memory (export "memory") {pages}) {extra}
              (func $f)
@@ -156,6 +158,7 @@ fn straight_line_memory_fills_copies_and_inits_are_stopped_by_their_deadline() {
         straight(
             "",
             &format!("(memory.fill (i32.const 0) (i32.const 7) (i32.const {CAP}))"),
+            STRAIGHT_MEMORY,
         ),
     );
     stops_in_time(
@@ -163,6 +166,7 @@ fn straight_line_memory_fills_copies_and_inits_are_stopped_by_their_deadline() {
         straight(
             "",
             &format!("(memory.copy (i32.const 0) (i32.const {half}) (i32.const {half}))"),
+            STRAIGHT_MEMORY,
         ),
     );
     let segment = "\\2a".repeat(1 << 20);
@@ -171,6 +175,8 @@ fn straight_line_memory_fills_copies_and_inits_are_stopped_by_their_deadline() {
         straight(
             &format!(r#"(data $d "{segment}")"#),
             "(memory.init $d (i32.const 0) (i32.const 0) (i32.const 1048576))",
+            // 1 MiB each: twenty times as many.
+            20 * STRAIGHT_MEMORY,
         ),
     );
 }
@@ -184,6 +190,7 @@ fn straight_line_table_fills_copies_and_inits_are_stopped_by_their_deadline() {
         straight(
             &table,
             &format!("(table.fill $t (i32.const 0) (ref.func $f) (i32.const {TABLE}))"),
+            STRAIGHT_TABLE,
         ),
     );
     stops_in_time(
@@ -191,16 +198,18 @@ fn straight_line_table_fills_copies_and_inits_are_stopped_by_their_deadline() {
         straight(
             &table,
             &format!("(table.copy $t $t (i32.const 0) (i32.const {half}) (i32.const {half}))"),
+            STRAIGHT_TABLE,
         ),
     );
-    // A passive segment as long as the table: wasmtime copies 10,000 references 20,000 times
-    // within the limit.
+    // A passive segment as long as the table: wasmtime copies a segment of 10,000 references
+    // 20,000 times within the limit.
     let refs = " $f".repeat(TABLE as usize);
     stops_in_time(
         "straight-line table.init",
         straight(
             &format!("(table $t {TABLE} funcref) (elem $e func{refs})"),
             &format!("(table.init $t $e (i32.const 0) (i32.const 0) (i32.const {TABLE}))"),
+            STRAIGHT_TABLE,
         ),
     );
 }
