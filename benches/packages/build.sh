@@ -28,8 +28,9 @@ export CARGO_TARGET_DIR="$here/target"
 export SOURCE_DATE_EPOCH=0
 unset CARGO_BUILD_RUSTFLAGS CARGO_ENCODED_RUSTFLAGS CARGO_BUILD_TARGET
 
-# Each package folder and the guest binary that is its module.
-packages="data-1m:data-1m data-8m:data-8m text:text png:png-thumbnail"
+# Each package folder and the guest binary that is its module. The waits package is not in
+# the corpus: benches/serve/mixed.sh serves it beside greet.
+packages="data-1m:data-1m data-8m:data-8m text:text png:png-thumbnail ../serve/waits:waits"
 
 set --
 for entry in $packages; do

@@ -14,10 +14,12 @@
 # /healthz request does, against what the call costs in process (threads / calls/s), is what
 # serving adds, and moves far less than a rate with the load of the machine.
 #
-#   [HAKO=BINARY] [SERVE_ARGS="--ready-instances 0 …"] [ROUNDS=5] benches/serve/run.sh
+#   [HAKO=BINARY] [SERVE_ARGS="--ready-instances 0 …"] [ROUNDS=5] [PIN=1] benches/serve/run.sh
 #       [SECONDS_PER_ROUND] [CONNECTIONS] [WRK_THREADS] [-- PACKAGE_DIR...]
 #
-# SERVE_ARGS are given to hako serve after its own flags (to compare its settings).
+# SERVE_ARGS are given to hako serve after its own flags (to compare its settings). PIN=1 (on a
+# machine of two cores or more) measures hako alone on a core: the server (--workers 1
+# --http-threads 1) and the in-process bench (one thread) on CPU 0, wrk on CPU 1.
 #
 # Packages default to the greet example and benches/packages/data-8m (its module is built by
 # benches/packages/build.sh); a package's tool and arguments come from its bench.json. wrk
@@ -44,6 +46,15 @@ if [[ -z "$hako" ]]; then
   hako="${CARGO_TARGET_DIR:-target}/release/hako"
 fi
 workers="$(nproc)"
+pinned_server=""
+pinned_wrk=""
+pinned_args=""
+if [[ "${PIN:-0}" == 1 && "$(nproc)" -ge 2 ]]; then
+  workers=1
+  pinned_server="taskset -c 0"
+  pinned_wrk="taskset -c 1"
+  pinned_args="--http-threads 1"
+fi
 
 store="$(mktemp -d)"
 log="$(mktemp)"
@@ -56,9 +67,11 @@ measure() {
   local path="$1" body="$2" out before after
   before="$(cpu_ticks)"
   if [[ -n "$body" ]]; then
-    out="$(BODY="$body" wrk -t"$threads" -c"$connections" -d"${duration}s" --latency -s benches/serve/post.lua "$base$path")"
+    # shellcheck disable=SC2086 # a command prefix, or nothing
+    out="$(BODY="$body" $pinned_wrk wrk -t"$threads" -c"$connections" -d"${duration}s" --latency -s benches/serve/post.lua "$base$path")"
   else
-    out="$(wrk -t"$threads" -c"$connections" -d"${duration}s" --latency "$base$path")"
+    # shellcheck disable=SC2086
+    out="$($pinned_wrk wrk -t"$threads" -c"$connections" -d"${duration}s" --latency "$base$path")"
   fi
   after="$(cpu_ticks)"
   awk -v ticks="$((after - before))" -v hz="$(getconf CLK_TCK)" '
@@ -78,7 +91,7 @@ median() {
   sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'
 }
 
-echo "machine: $(nproc) cores, $(uname -srm); hako serve --workers $workers ${SERVE_ARGS:+$SERVE_ARGS }(wasmer, cranelift); wrk -t$threads -c$connections on the same cores, $rounds rounds of ${duration}s per endpoint"
+echo "machine: $(nproc) cores, $(uname -srm); hako serve --workers $workers ${pinned_args:+$pinned_args }${SERVE_ARGS:+$SERVE_ARGS }(wasmer, cranelift); wrk -t$threads -c$connections ${pinned_wrk:+on CPU 1, the server and the in-process bench on CPU 0}${pinned_wrk:-on the same cores}, $rounds rounds of ${duration}s per endpoint"
 for package in "${packages[@]}"; do
   [[ -f "$package/module.wasm" ]] || { echo "$package has no module.wasm (benches/packages/build.sh builds the corpus)" >&2; exit 1; }
   name="$(jq -r .name "$package/subako-package.json")"
@@ -87,14 +100,15 @@ for package in "${packages[@]}"; do
 
   # The in-process figure moves between runs of hako bench; the median of five is the one used.
   inproc="$(for _ in 1 2 3 4 5; do
-    "$hako" bench "$package" --engines wasmer-cranelift --tool "$tool" --args "$args" \
+    # shellcheck disable=SC2086
+    $pinned_server "$hako" bench "$package" --engines wasmer-cranelift --tool "$tool" --args "$args" \
       --iterations 200 --threads "$workers" --json 2>/dev/null |
       jq -r '.. | objects | select(has("calls_per_s")) | .calls_per_s' | head -1
   done | sort -g | sed -n 3p)"
 
   "$hako" upload "$package" --store "$store" >/dev/null
   # shellcheck disable=SC2086 # SERVE_ARGS is a list of flags
-  "$hako" serve --store "$store" --listen 127.0.0.1:0 --workers "$workers" ${SERVE_ARGS:-} >"$log" 2>/dev/null &
+  $pinned_server "$hako" serve --store "$store" --listen 127.0.0.1:0 --workers "$workers" $pinned_args ${SERVE_ARGS:-} >"$log" 2>/dev/null &
   server=$!
   for _ in $(seq 100); do grep -q listening "$log" && break; sleep 0.1; done
   base="$(sed -n 's/^hako: listening on //p' "$log")"
