@@ -90,7 +90,7 @@ impl StdioServer {
             .expect("the package is stored");
         let execution = Execution {
             admission: Admission::new(1),
-            threads: CallThreads::new(1, 1 << 20),
+            threads: Arc::new(CallThreads::new(1, 1 << 20)),
             permits: RunPermits::new(1),
         };
         execution.threads.close_and_join();

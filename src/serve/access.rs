@@ -1,5 +1,5 @@
 //! The access record: one line per call a server ran, at `info` under the target
-//! `hako::access` (on by default for `hako serve`; `HAKO_LOG` sets it like any other target,
+//! `hako::access` (written where `HAKO_LOG` asks for it, e.g. `HAKO_LOG=info`;
 //! `--log-format json` makes every line a JSON object). It names the package and version, the
 //! tool, the front door and the caller's role, the call's number in this server and the
 //! JSON-RPC id it came with, how it ended (`ok`, `is_error`, `crashed` with its kind, or

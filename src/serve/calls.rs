@@ -22,8 +22,8 @@ use super::access::{Origin, Record};
 use super::admission::{Admission, Admitted};
 use super::current::{Changes, CurrentWatch};
 use super::metrics::Metrics;
-use super::permits::{CallPermit, RunPermits};
-use super::threads::{self, CallThreads, Rejected};
+use super::permits::{Admitted as Started, CallPermit, RunPermits, Start};
+use super::threads::{self, CallThreads, Job};
 use crate::call::{
     self, CallOutcome, CallStats, Crash, CrashKind, Limits, Mounts, Network, ReadyInstance,
     Teardown, ToolRequest, VolumeTmp,
@@ -124,7 +124,7 @@ struct TableEntry {
 /// package's run permits.
 pub struct Execution {
     pub admission: Admission,
-    pub threads: CallThreads,
+    pub threads: Arc<CallThreads>,
     pub permits: RunPermits,
 }
 
@@ -269,32 +269,52 @@ impl Calls {
                 tool,
             });
         }
+        if self.execution.threads.is_closed() {
+            return Err(CallError::Closing);
+        }
         let Some(admitted) = self.execution.admission.admit() else {
             self.metrics.rejected();
             return Err(CallError::Busy);
         };
         let permit = self.execution.permits.for_call(package.name());
-        let calls = Arc::clone(self);
-        // Counted before it starts: its thread may finish it before `start` returns.
+        // Counted before it starts: its thread may finish it before `submit` returns.
         self.metrics.admitted();
         let number = self.numbered.fetch_add(1, Ordering::Relaxed) + 1;
-        let started = self.execution.threads.start(move || {
-            let call = Call {
-                package: &package,
-                tool: &tool,
-                limits,
-                origin: &origin,
-                number,
-            };
-            calls.run(call, arguments, &permit, admitted)
-        });
-        started.map_err(|rejected| {
-            self.metrics.not_started();
-            match rejected {
-                Rejected::Busy => CallError::Busy,
-                Rejected::Closed => CallError::Closing,
-            }
-        })
+        let (answer, receiver) = tokio::sync::oneshot::channel();
+        let queued_at = Instant::now();
+        let deadline = queued_at + limits.timeout;
+        let start: Start = {
+            let (calls, permit) = (Arc::clone(self), Arc::clone(&permit));
+            Box::new(move |granted| {
+                let threads = Arc::clone(&calls.execution.threads);
+                let lost = (Arc::clone(&calls), Arc::clone(&permit));
+                let job = Job::answering(answer, move || {
+                    permit.started(granted, queued_at.elapsed());
+                    let call = Call {
+                        package: &package,
+                        tool: &tool,
+                        limits,
+                        origin: &origin,
+                        number,
+                    };
+                    calls.run(call, arguments, &permit, granted, admitted)
+                });
+                // No thread could be made: the call is lost (its caller is told so), and its
+                // permit goes on to the next call in line.
+                if threads.dispatch(job).is_err() {
+                    let (calls, permit) = lost;
+                    permit.started(granted, Duration::ZERO);
+                    permit.release();
+                    calls.metrics.not_started();
+                }
+            })
+        };
+        // A call that waits in line past its time limit is taken out at its deadline and
+        // answered so (the permits' sweep).
+        if let Started::Now(start) = permit.admit(start, deadline) {
+            start(true);
+        }
+        Ok(receiver)
     }
 
     /// Calls a tool and waits for its outcome.
@@ -312,16 +332,22 @@ impl Calls {
             .map_err(|_| CallError::Host("the call's thread lost the call".into()))?
     }
 
-    /// Runs one call on the current thread, with `permit` held while it computes; hands back
-    /// its outcome and what is left of the run, to drop once the outcome is sent (the call
-    /// counts as in flight until then).
+    /// Runs one call on the current thread, with `permit` held while it computes (`granted`:
+    /// it was given one; else its time ran out in line); hands back its outcome and what is
+    /// left of the run, to drop once the outcome is sent: the permit, given back first (to
+    /// the next call in line, which then runs on this thread), then the run's instance and
+    /// memory (the call counts as in flight until they are gone).
     fn run(
         &self,
         call: Call<'_>,
         arguments: serde_json::Value,
         permit: &Arc<CallPermit>,
+        granted: bool,
         admitted: Admitted,
-    ) -> (Result<CallOutcome, CallError>, (Teardown, Admitted)) {
+    ) -> (
+        Result<CallOutcome, CallError>,
+        (GiveBack, Teardown, Admitted),
+    ) {
         let Call {
             package,
             tool,
@@ -332,7 +358,7 @@ impl Calls {
         let mut teardown = Teardown::default();
         let outcome = metered(&self.metrics, package.name(), || {
             // The line for a permit is bounded by the call's own time limit.
-            let mut outcome = if permit.acquire(Some(Instant::now() + limits.timeout)) {
+            let mut outcome = if granted {
                 let (outcome, left) = self.run_counted(package, tool, arguments, limits, permit)?;
                 teardown = left;
                 outcome
@@ -342,7 +368,6 @@ impl Calls {
             outcome.stats_mut().queue_us = permit.queued_us();
             Ok(outcome)
         });
-        permit.release();
         Record {
             number: call.number,
             origin: call.origin,
@@ -353,7 +378,7 @@ impl Calls {
             took: started.elapsed(),
         }
         .write();
-        (outcome, (teardown, admitted))
+        (outcome, (GiveBack(Arc::clone(permit)), teardown, admitted))
     }
 
     fn run_counted(
@@ -422,6 +447,15 @@ impl Calls {
             }),
         };
         Ok((outcome, Teardown::new(after)))
+    }
+}
+
+/// A call's permit, given back when dropped (after its answer is sent).
+struct GiveBack(Arc<CallPermit>);
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        self.0.release();
     }
 }
 

@@ -114,7 +114,7 @@ fn calls(config: &ServeConfig) -> Result<Arc<Calls>, ServeError> {
     };
     let execution = Execution {
         admission: Admission::new(config.max_calls as u64),
-        threads: CallThreads::new(config.workers, GUEST_STACK_BYTES),
+        threads: Arc::new(CallThreads::new(config.workers, GUEST_STACK_BYTES)),
         permits: RunPermits::new(config.workers),
     };
     let broker = calls::broker(&policy)?;

@@ -1,9 +1,12 @@
 //! Run permits: how many calls of one package compute at once (`hako serve --workers`, one
-//! per core by default). A call takes one of its package's permits before it loads its module
-//! and instantiates, gives it up while a host call waits ([`RunGate`]: a sleep, the broker's
-//! answer) and takes it again after, and gives it back with its answer. A package's calls that
-//! find every permit taken wait their turn in order of arrival, each package in a line of its
-//! own: one package's backlog never stands in front of another package's call.
+//! per core by default). A call starts only with one of its package's permits, which it holds
+//! while it loads its module, instantiates and runs, gives up while a host call waits
+//! ([`RunGate`]: a sleep, the broker's answer) and takes again after, and gives back once its
+//! answer is sent. A package's calls that find every permit taken wait their turn in order of
+//! arrival, each package in a line of its own: one package's backlog never stands in front of
+//! another package's call. A call in line that has not started holds no thread: a permit given
+//! back starts it ([`Start`]), on the thread that gave it back when that one is done, so a
+//! package's calls run one after another on one thread while they queue.
 //!
 //! Permits are per package, not for the whole server, on purpose: the running calls of all
 //! packages share the cores through the kernel's scheduler, which time-slices them, so a call
@@ -21,6 +24,41 @@ use std::time::Instant;
 
 use crate::sandbox::RunGate;
 
+/// A call that has not started, waiting in its package's line: what sets it going on a thread
+/// (it does not run the call itself, so it is quick to call under any lock-free caller), with
+/// `true` when it is given a permit, or with `false` when its time ran out in line (the call
+/// then only answers so).
+pub type Start = Box<dyn FnOnce(bool) + Send>;
+
+/// Where a call given to [`CallPermit::admit`] went.
+pub enum Admitted {
+    /// A permit was free: the call holds it, and is to be started now.
+    Now(Start),
+    /// The call waits in its package's line, until a permit comes or its deadline passes.
+    InLine,
+}
+
+/// How often calls whose time ran out in line are looked for, while any waits there.
+pub const SWEEP: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The calls in line without a thread, for the sweep to know when to look.
+#[derive(Default)]
+struct InLine {
+    count: Mutex<usize>,
+    wake: Condvar,
+    stop: AtomicBool,
+}
+
+impl InLine {
+    fn add(&self, n: isize) {
+        let mut count = lock(&self.count);
+        *count = count.saturating_add_signed(n);
+        if n > 0 {
+            self.wake.notify_one();
+        }
+    }
+}
+
 /// How many calls are in each state now (the server's gauges).
 #[derive(Debug, Default)]
 pub struct CallStates {
@@ -35,18 +73,31 @@ pub struct CallStates {
 /// Every package's run permits.
 pub struct RunPermits {
     per_package: usize,
-    packages: Mutex<HashMap<String, Arc<PackagePermits>>>,
+    packages: Arc<Mutex<HashMap<String, Arc<PackagePermits>>>>,
     states: Arc<CallStates>,
+    in_line: Arc<InLine>,
 }
 
 impl RunPermits {
-    /// `per_package` permits (at least one) for each package.
+    /// `per_package` permits (at least one) for each package, and a thread that answers the
+    /// calls whose time runs out in line (every [`SWEEP`] while any waits there).
     pub fn new(per_package: usize) -> Self {
-        Self {
+        let permits = Self {
             per_package: per_package.max(1),
-            packages: Mutex::default(),
+            packages: Arc::default(),
             states: Arc::default(),
+            in_line: Arc::default(),
+        };
+        let (packages, in_line) = (Arc::clone(&permits.packages), Arc::clone(&permits.in_line));
+        let swept = std::thread::Builder::new()
+            .name("hako-line-sweep".into())
+            .spawn(move || sweep(&packages, &in_line));
+        if let Err(err) = swept {
+            tracing::error!(
+                "no thread for the calls' lines ({err}): a call waits in line until a permit comes"
+            );
         }
+        permits
     }
 
     /// How many calls of one package compute at once.
@@ -66,7 +117,10 @@ impl RunPermits {
             match packages.get(package) {
                 Some(permits) => Arc::clone(permits),
                 None => {
-                    let permits = Arc::new(PackagePermits::new(self.per_package));
+                    let permits = Arc::new(PackagePermits::new(
+                        self.per_package,
+                        Arc::clone(&self.in_line),
+                    ));
                     packages.insert(package.to_string(), Arc::clone(&permits));
                     permits
                 }
@@ -81,6 +135,38 @@ impl RunPermits {
     }
 }
 
+impl Drop for RunPermits {
+    fn drop(&mut self) {
+        self.in_line.stop.store(true, Ordering::Release);
+        let _count = lock(&self.in_line.count);
+        self.in_line.wake.notify_all();
+    }
+}
+
+/// The sweep: while calls wait in line without a thread, every [`SWEEP`], those whose deadline
+/// has passed are taken out and set going without a permit (they answer `timeout`).
+fn sweep(packages: &Mutex<HashMap<String, Arc<PackagePermits>>>, in_line: &InLine) {
+    loop {
+        {
+            let mut count = lock(&in_line.count);
+            while *count == 0 && !in_line.stop.load(Ordering::Acquire) {
+                count = in_line.wake.wait(count).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        if in_line.stop.load(Ordering::Acquire) {
+            return;
+        }
+        std::thread::sleep(SWEEP);
+        let lines: Vec<Arc<PackagePermits>> = lock(packages).values().cloned().collect();
+        let now = Instant::now();
+        for line in lines {
+            for start in line.take_expired(now) {
+                start(false);
+            }
+        }
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poison| poison.into_inner())
 }
@@ -89,12 +175,21 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 struct PackagePermits {
     limit: usize,
     state: Mutex<Line>,
+    in_line: Arc<InLine>,
 }
 
 #[derive(Default)]
 struct Line {
     held: usize,
-    waiting: VecDeque<Arc<Turn>>,
+    waiting: VecDeque<Waiter>,
+}
+
+/// One place in a line.
+enum Waiter {
+    /// A call that started, waits on its thread to compute again.
+    Resume(Arc<Turn>),
+    /// A call that has not started, to answer `timeout` at `deadline`.
+    Start { deadline: Instant, start: Start },
 }
 
 /// A call's place in the line: a permit is handed to it directly when one is given back, so
@@ -106,11 +201,45 @@ struct Turn {
 }
 
 impl PackagePermits {
-    fn new(limit: usize) -> Self {
+    fn new(limit: usize, in_line: Arc<InLine>) -> Self {
         Self {
             limit,
             state: Mutex::default(),
+            in_line,
         }
+    }
+
+    /// Gives `start` a permit if one is free and no call is in line before it, else puts it in
+    /// line until `deadline`.
+    fn admit(&self, start: Start, deadline: Instant) -> Admitted {
+        let mut line = lock(&self.state);
+        if line.held < self.limit && line.waiting.is_empty() {
+            line.held += 1;
+            return Admitted::Now(start);
+        }
+        line.waiting.push_back(Waiter::Start { deadline, start });
+        drop(line);
+        self.in_line.add(1);
+        Admitted::InLine
+    }
+
+    /// Takes the calls whose deadline has passed by `now` out of line.
+    fn take_expired(&self, now: Instant) -> Vec<Start> {
+        let mut line = lock(&self.state);
+        let mut expired = Vec::new();
+        let mut kept = VecDeque::with_capacity(line.waiting.len());
+        for waiter in line.waiting.drain(..) {
+            match waiter {
+                Waiter::Start { deadline, start } if deadline <= now => expired.push(start),
+                other => kept.push_back(other),
+            }
+        }
+        line.waiting = kept;
+        drop(line);
+        if !expired.is_empty() {
+            self.in_line.add(-(expired.len() as isize));
+        }
+        expired
     }
 
     /// Takes a permit, waiting in line for one until `until`; false when the time ran out
@@ -122,7 +251,7 @@ impl PackagePermits {
             return true;
         }
         let turn = Arc::new(Turn::default());
-        line.waiting.push_back(Arc::clone(&turn));
+        line.waiting.push_back(Waiter::Resume(Arc::clone(&turn)));
         loop {
             if turn.granted.load(Ordering::Acquire) {
                 return true;
@@ -132,7 +261,9 @@ impl PackagePermits {
                 Some(until) => {
                     let left = until.saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        line.waiting.retain(|waiting| !Arc::ptr_eq(waiting, &turn));
+                        line.waiting.retain(|waiter| {
+                            !matches!(waiter, Waiter::Resume(waiting) if Arc::ptr_eq(waiting, &turn))
+                        });
                         return false;
                     }
                     turn.wake
@@ -144,15 +275,25 @@ impl PackagePermits {
         }
     }
 
-    /// Gives a permit back: to the first call in line, if any.
-    fn release(&self) {
+    /// Gives a permit back: to the first call in line, if any; a call that has not started is
+    /// handed back, holding the permit, for the caller to start.
+    fn release(&self) -> Option<Start> {
         let mut line = lock(&self.state);
         match line.waiting.pop_front() {
-            Some(next) => {
+            Some(Waiter::Resume(next)) => {
                 next.granted.store(true, Ordering::Release);
                 next.wake.notify_one();
+                None
             }
-            None => line.held -= 1,
+            Some(Waiter::Start { start, .. }) => {
+                drop(line);
+                self.in_line.add(-1);
+                Some(start)
+            }
+            None => {
+                line.held -= 1;
+                None
+            }
         }
     }
 }
@@ -166,6 +307,24 @@ pub struct CallPermit {
 }
 
 impl CallPermit {
+    /// Gives the call (`start`, whose call begins with [`CallPermit::started`]) a permit now if
+    /// one is free, or puts it in line until `deadline`. Once per call, before it has started.
+    pub fn admit(&self, start: Start, deadline: Instant) -> Admitted {
+        self.states.queued.fetch_add(1, Ordering::Relaxed);
+        self.permits.admit(start, deadline)
+    }
+
+    /// The call has started, after `queued` in line, holding a permit when `granted`.
+    pub fn started(&self, granted: bool, queued: std::time::Duration) {
+        self.states.queued.fetch_sub(1, Ordering::Relaxed);
+        self.queued_us
+            .fetch_add(queued.as_micros() as u64, Ordering::Relaxed);
+        if granted {
+            self.held.store(true, Ordering::Release);
+            self.states.running.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Takes a permit, waiting in line until `until` at most; false when the time ran out.
     pub fn acquire(&self, until: Option<Instant>) -> bool {
         if self.held.load(Ordering::Acquire) {
@@ -184,11 +343,14 @@ impl CallPermit {
         got
     }
 
-    /// Gives the permit back, if held.
+    /// Gives the permit back, if held: to the next call in line, which, if it has not started,
+    /// is set going now, holding it.
     pub fn release(&self) {
         if self.held.swap(false, Ordering::AcqRel) {
             self.states.running.fetch_sub(1, Ordering::Relaxed);
-            self.permits.release();
+            if let Some(next) = self.permits.release() {
+                next(true);
+            }
         }
     }
 
@@ -303,6 +465,43 @@ mod tests {
         holder.release();
         let next = permits.for_call("a");
         assert!(next.acquire(Some(Instant::now())));
+    }
+
+    #[test]
+    fn calls_that_have_not_started_wait_in_line_without_a_thread_and_start_in_order() {
+        let permits = RunPermits::new(1);
+        let far = Instant::now() + Duration::from_secs(3600);
+        let first = permits.for_call("a");
+        let Admitted::Now(start) = first.admit(Box::new(|_| {}), far) else {
+            panic!("a free permit is taken at once");
+        };
+        start(true);
+        first.started(true, Duration::ZERO);
+        let (tell, told) = channel();
+        let mut calls = Vec::new();
+        for n in 0..3 {
+            let tell = tell.clone();
+            let call = permits.for_call("a");
+            let start: Start = Box::new(move |granted| tell.send((n, granted)).unwrap());
+            // The second may wait 50 ms.
+            let deadline = if n == 1 {
+                Instant::now() + Duration::from_millis(50)
+            } else {
+                far
+            };
+            assert!(matches!(call.admit(start, deadline), Admitted::InLine));
+            calls.push(call);
+        }
+        assert_eq!(permits.states().queued.load(Ordering::Relaxed), 3);
+        // The second's time runs out in line: the sweep sets it going without a permit, once.
+        assert_eq!(told.recv().unwrap(), (1, false));
+        // The permit given back sets the first in line going, holding it; and so on.
+        first.release();
+        assert_eq!(told.try_recv().unwrap(), (0, true));
+        calls[0].started(true, Duration::ZERO);
+        calls[0].release();
+        assert_eq!(told.try_recv().unwrap(), (2, true));
+        assert!(told.try_recv().is_err());
     }
 
     #[test]

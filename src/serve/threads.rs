@@ -26,7 +26,40 @@ use tokio::sync::oneshot;
 /// A job, given what lists its thread as idle: a job calls it before it sends its answer, so
 /// that the caller's next call finds the thread (and what its last call left there) even while
 /// the thread still drops what the last call left.
-type Job = Box<dyn FnOnce(&dyn Fn()) + Send + 'static>;
+pub struct Job(Box<Work>);
+
+/// What a job does, given what lists its thread as idle.
+type Work = dyn FnOnce(&dyn Fn()) + Send + 'static;
+
+impl Job {
+    /// A job that runs `work`, which returns its value and what is left of its work: the value
+    /// is sent on `answer` first, and what is left is dropped after, on the same thread, before
+    /// it takes another job (a call's instance and memory: their reset then does not delay the
+    /// answer). The thread is listed as idle before the value is sent, so that what is left
+    /// may hand the thread its next job (a call that gives back its run permit starts the
+    /// next call in its package's line there, with no switch to another thread).
+    pub fn answering<T, L, F>(answer: oneshot::Sender<T>, work: F) -> Job
+    where
+        T: Send + 'static,
+        F: FnOnce() -> (T, L) + Send + 'static,
+    {
+        Job(Box::new(move |idle: &dyn Fn()| {
+            match catch_unwind(AssertUnwindSafe(work)) {
+                Ok((value, leftover)) => {
+                    idle();
+                    // The caller may have gone (a client that hung up); the call still ran.
+                    let _ = answer.send(value);
+                    drop(leftover);
+                }
+                Err(_) => {
+                    tracing::error!("a call panicked on its thread; its answer is lost");
+                    idle();
+                    drop(answer);
+                }
+            }
+        }))
+    }
+}
 
 /// How long a thread past the ones kept for good waits for a call before it ends.
 pub const IDLE_FOR: Duration = Duration::from_secs(10);
@@ -105,39 +138,36 @@ impl CallThreads {
         lock(&self.shared.state).threads
     }
 
-    /// Starts `job`, which returns its value and what is left of its work; the value is sent
-    /// first, and what is left is dropped after, on the same thread, before it takes another
-    /// job (a call's instance and memory: their reset then does not delay the answer).
-    pub fn start<T, L, F>(&self, job: F) -> Result<oneshot::Receiver<T>, Rejected>
+    /// Starts `work` on a thread ([`Job::answering`]); its value arrives on the receiver.
+    /// Refused once the threads are closing.
+    pub fn start<T, L, F>(&self, work: F) -> Result<oneshot::Receiver<T>, Rejected>
     where
         T: Send + 'static,
         F: FnOnce() -> (T, L) + Send + 'static,
     {
-        let (answer, receiver) = oneshot::channel();
-        let job: Job = Box::new(move |idle: &dyn Fn()| {
-            match catch_unwind(AssertUnwindSafe(job)) {
-                Ok((value, leftover)) => {
-                    idle();
-                    // The caller may have gone (a client that hung up); the call still ran.
-                    let _ = answer.send(value);
-                    drop(leftover);
-                }
-                Err(_) => {
-                    tracing::error!("a call panicked on its thread; its answer is lost");
-                    idle();
-                    drop(answer);
-                }
-            }
-        });
-        let mut state = lock(&self.shared.state);
-        if state.closed {
+        if self.is_closed() {
             return Err(Rejected::Closed);
         }
+        let (answer, receiver) = oneshot::channel();
+        self.dispatch(Job::answering(answer, work))?;
+        Ok(receiver)
+    }
+
+    /// Whether the threads are closing ([`CallThreads::close_and_join`]).
+    pub fn is_closed(&self) -> bool {
+        lock(&self.shared.state).closed
+    }
+
+    /// Runs `job` on the most recently idle thread, or on a new one: also while closing, for a
+    /// call admitted before (a closing server finishes every call it admitted). `Busy` when no
+    /// thread could be made.
+    pub fn dispatch(&self, job: Job) -> Result<(), Rejected> {
+        let mut state = lock(&self.shared.state);
         if let Some(mailbox) = state.idle.pop() {
             drop(state);
             *lock(&mailbox.letter) = Letter::Job(job);
             mailbox.wake.notify_one();
-            return Ok(receiver);
+            return Ok(());
         }
         state.threads += 1;
         state.made += 1;
@@ -149,7 +179,7 @@ impl CallThreads {
             .stack_size(self.shared.stack_bytes)
             .spawn(move || work(&shared, job));
         match spawned {
-            Ok(_) => Ok(receiver),
+            Ok(_) => Ok(()),
             Err(err) => {
                 tracing::warn!("no thread for a call: {err}");
                 let mut state = lock(&self.shared.state);
@@ -215,7 +245,7 @@ fn work(shared: &Shared, first: Job) {
                 listed.set(Some(!state.closed));
             }
         };
-        if catch_unwind(AssertUnwindSafe(|| job(&list))).is_err() {
+        if catch_unwind(AssertUnwindSafe(|| (job.0)(&list))).is_err() {
             tracing::error!("what a call left panicked as it was dropped");
         }
         list();
