@@ -18,6 +18,24 @@ fn send(addr: SocketAddr, package: &str, body: Value) -> JoinHandle<Reply> {
     std::thread::spawn(move || request(addr, "POST", &path, &[], body.to_string().as_bytes()))
 }
 
+/// `count` calls of the fixture's `sleep` for `ms`, each on a thread of its own, once all of
+/// them sleep at once (the server's gauge says so).
+fn sleeping(server: &Server, count: usize, ms: u64) -> Vec<JoinHandle<Reply>> {
+    let calls = (0..count)
+        .map(|_| {
+            send(
+                server.addr,
+                "fixture",
+                json!({"tool": "sleep", "arguments": {"ms": ms}}),
+            )
+        })
+        .collect();
+    server.wait_until("every call sleeps at once", |s| {
+        s.metric("hako_calls_waiting") == count as f64
+    });
+    calls
+}
+
 fn outcome(reply: Reply) -> Value {
     assert_eq!(reply.status, 200, "{}", reply.text());
     reply.json()
@@ -27,19 +45,8 @@ fn outcome(reply: Reply) -> Value {
 fn many_sleeping_calls_run_at_once_beside_one_permit() {
     let store = serve_support::store();
     let server = Server::start(store.path(), &["--workers", "1"]);
-    let sleepers: Vec<_> = (0..32)
-        .map(|_| {
-            send(
-                server.addr,
-                "fixture",
-                json!({"tool": "sleep", "arguments": {"ms": 1500}}),
-            )
-        })
-        .collect();
     // All 32 sleep at the same time: with calls tied to threads, one would.
-    server.wait_until("every call sleeps at once", |s| {
-        s.metric("hako_calls_waiting") == 32.0
-    });
+    let sleepers = sleeping(&server, 32, 1500);
     assert_eq!(server.metric("hako_calls_running"), 0.0);
     // Another package's quick call goes through meanwhile.
     let greet = outcome(server.post_json(
@@ -193,18 +200,7 @@ fn a_sleeping_call_still_ends_at_its_time_limit() {
 fn sigterm_answers_every_waiting_call_before_the_exit() {
     let store = serve_support::store();
     let server = Server::start(store.path(), &["--workers", "1"]);
-    let sleepers: Vec<_> = (0..8)
-        .map(|_| {
-            send(
-                server.addr,
-                "fixture",
-                json!({"tool": "sleep", "arguments": {"ms": 800}}),
-            )
-        })
-        .collect();
-    server.wait_until("every call sleeps", |s| {
-        s.metric("hako_calls_waiting") == 8.0
-    });
+    let sleepers = sleeping(&server, 8, 800);
     let status = server.terminate();
     assert!(status.success(), "{status:?}");
     for sleeper in sleepers {
