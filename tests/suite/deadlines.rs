@@ -169,14 +169,14 @@ fn straight_line_memory_fills_copies_and_inits_are_stopped_by_their_deadline() {
             STRAIGHT_MEMORY,
         ),
     );
-    let segment = "\\2a".repeat(1 << 20);
+    // A passive segment of 4 MiB: four times as many inits copy what the fills write.
+    let segment = "\\2a".repeat(4 << 20);
     stops_in_time(
         "straight-line memory.init",
         straight(
             &format!(r#"(data $d "{segment}")"#),
-            "(memory.init $d (i32.const 0) (i32.const 0) (i32.const 1048576))",
-            // 1 MiB each: twenty times as many.
-            20 * STRAIGHT_MEMORY,
+            "(memory.init $d (i32.const 0) (i32.const 0) (i32.const 4194304))",
+            4 * STRAIGHT_MEMORY,
         ),
     );
 }
