@@ -22,7 +22,7 @@ use super::access::{Origin, Record};
 use super::admission::{Admission, Admitted};
 use super::current::{Changes, CurrentWatch};
 use super::metrics::Metrics;
-use super::permits::{Admitted as Started, CallPermit, RunPermits, Start};
+use super::permits::{CallPermit, Place, RunPermits, Start};
 use super::threads::{self, CallThreads, Job};
 use crate::call::{
     self, CallOutcome, CallStats, Crash, CrashKind, Limits, Mounts, Network, ReadyInstance,
@@ -311,7 +311,7 @@ impl Calls {
         };
         // A call that waits in line past its time limit is taken out at its deadline and
         // answered so (the permits' sweep).
-        if let Started::Now(start) = permit.admit(start, deadline) {
+        if let Place::Now(start) = permit.enter(start, deadline) {
             start(true);
         }
         Ok(receiver)
@@ -354,9 +354,8 @@ impl Calls {
             limits,
             ..
         } = call;
-        let started = Instant::now();
         let mut teardown = Teardown::default();
-        let outcome = metered(&self.metrics, package.name(), || {
+        let (outcome, took) = metered(&self.metrics, package.name(), || {
             // The line for a permit is bounded by the call's own time limit.
             let mut outcome = if granted {
                 let (outcome, left) = self.run_counted(package, tool, arguments, limits, permit)?;
@@ -375,7 +374,7 @@ impl Calls {
             version: &package.stored.record.version,
             tool,
             outcome: outcome.as_ref().ok(),
-            took: started.elapsed(),
+            took,
         }
         .write();
         (outcome, (GiveBack(Arc::clone(permit)), teardown, admitted))
@@ -545,14 +544,14 @@ fn waited_past_limit(limits: Limits) -> CallOutcome {
     }
 }
 
-/// Runs `call`, counted in `metrics` from start to finish. A call that panics is counted as a
-/// host failure and answered as one, so that it neither stays "in flight" for good nor leaves
-/// its client without an answer.
+/// Runs `call`, counted in `metrics` from start to finish; hands back its result and how long
+/// it took. A call that panics is counted as a host failure and answered as one, so that it
+/// neither stays "in flight" for good nor leaves its client without an answer.
 fn metered(
     metrics: &Metrics,
     package: &str,
     call: impl FnOnce() -> Result<CallOutcome, CallError>,
-) -> Result<CallOutcome, CallError> {
+) -> (Result<CallOutcome, CallError>, Duration) {
     let started = Instant::now();
     let result =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).unwrap_or_else(|_| {
@@ -561,8 +560,9 @@ fn metered(
                 "the call failed in the host (it panicked)".into(),
             ))
         });
-    metrics.finished(package, result.as_ref().ok(), started.elapsed());
-    result
+    let took = started.elapsed();
+    metrics.finished(package, result.as_ref().ok(), took);
+    (result, took)
 }
 
 /// The most a caller may ask for (`hako serve --max-timeout-ms`, `--max-memory-mib`,
@@ -651,7 +651,7 @@ mod tests {
     fn a_call_that_panics_is_counted_as_finished_and_answered_as_a_host_failure() {
         let metrics = Metrics::default();
         metrics.admitted();
-        let result = metered(&metrics, "p", || panic!("on purpose"));
+        let (result, _) = metered(&metrics, "p", || panic!("on purpose"));
         assert!(matches!(result, Err(CallError::Host(_))), "{result:?}");
         assert_eq!(metrics.in_flight(), 0);
         assert!(metrics

@@ -30,8 +30,8 @@ use crate::sandbox::RunGate;
 /// then only answers so).
 pub type Start = Box<dyn FnOnce(bool) + Send>;
 
-/// Where a call given to [`CallPermit::admit`] went.
-pub enum Admitted {
+/// Where a call given to [`CallPermit::enter`] went.
+pub enum Place {
     /// A permit was free: the call holds it, and is to be started now.
     Now(Start),
     /// The call waits in its package's line, until a permit comes or its deadline passes.
@@ -211,16 +211,16 @@ impl PackagePermits {
 
     /// Gives `start` a permit if one is free and no call is in line before it, else puts it in
     /// line until `deadline`.
-    fn admit(&self, start: Start, deadline: Instant) -> Admitted {
+    fn enter(&self, start: Start, deadline: Instant) -> Place {
         let mut line = lock(&self.state);
         if line.held < self.limit && line.waiting.is_empty() {
             line.held += 1;
-            return Admitted::Now(start);
+            return Place::Now(start);
         }
         line.waiting.push_back(Waiter::Start { deadline, start });
         drop(line);
         self.in_line.add(1);
-        Admitted::InLine
+        Place::InLine
     }
 
     /// Takes the calls whose deadline has passed by `now` out of line.
@@ -309,9 +309,9 @@ pub struct CallPermit {
 impl CallPermit {
     /// Gives the call (`start`, whose call begins with [`CallPermit::started`]) a permit now if
     /// one is free, or puts it in line until `deadline`. Once per call, before it has started.
-    pub fn admit(&self, start: Start, deadline: Instant) -> Admitted {
+    pub fn enter(&self, start: Start, deadline: Instant) -> Place {
         self.states.queued.fetch_add(1, Ordering::Relaxed);
-        self.permits.admit(start, deadline)
+        self.permits.enter(start, deadline)
     }
 
     /// The call has started, after `queued` in line, holding a permit when `granted`.
@@ -472,7 +472,7 @@ mod tests {
         let permits = RunPermits::new(1);
         let far = Instant::now() + Duration::from_secs(3600);
         let first = permits.for_call("a");
-        let Admitted::Now(start) = first.admit(Box::new(|_| {}), far) else {
+        let Place::Now(start) = first.enter(Box::new(|_| {}), far) else {
             panic!("a free permit is taken at once");
         };
         start(true);
@@ -489,7 +489,7 @@ mod tests {
             } else {
                 far
             };
-            assert!(matches!(call.admit(start, deadline), Admitted::InLine));
+            assert!(matches!(call.enter(start, deadline), Place::InLine));
             calls.push(call);
         }
         assert_eq!(permits.states().queued.load(Ordering::Relaxed), 3);

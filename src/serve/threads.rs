@@ -6,9 +6,9 @@
 //!
 //! Threads are not what bounds the server: calls are admitted before they get here (see
 //! [`super::calls`]), and what computes at once is bounded by the run permits
-//! ([`super::permits`]). [`CallThreads::start`] either starts a job — it will run, even when
-//! the server is shutting down — or refuses it at once ([`Rejected`]): the system would make no
-//! more threads, or the server is closing.
+//! ([`super::permits`]). [`CallThreads::dispatch`] either starts a job — it will run, even when
+//! the server is shutting down, as every admitted call must — or refuses it at once
+//! ([`Rejected`]) when the system would make no more threads.
 //!
 //! It does not know what a call is; it runs closures and hands their value back on a oneshot
 //! channel. A job that panics loses only its own answer (the receiver sees the channel
@@ -139,7 +139,9 @@ impl CallThreads {
     }
 
     /// Starts `work` on a thread ([`Job::answering`]); its value arrives on the receiver.
-    /// Refused once the threads are closing.
+    /// Refused once the threads are closing. (A server starts its calls through their
+    /// package's line instead, with [`CallThreads::dispatch`].)
+    #[cfg(test)]
     pub fn start<T, L, F>(&self, work: F) -> Result<oneshot::Receiver<T>, Rejected>
     where
         T: Send + 'static,
