@@ -96,9 +96,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MS")]
     idle_timeout_ms: Option<u64>,
     /// Connections open at once; more wait in the kernel's backlog (default: the descriptor
-    /// limit, raised to its hard maximum, less 256).
+    /// limit, raised to its hard maximum, less 256 and --max-guest-descriptors).
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
+    /// Descriptors (files and folders) every guest together may hold; past it a guest's open
+    /// is refused ENFILE (default: 128 for each of --max-calls, at most half of the descriptor
+    /// limit less 256).
+    #[arg(long, value_name = "N")]
+    max_guest_descriptors: Option<usize>,
     /// The bytes all uploads may hold at once; beyond it, 503 (default: 256 MiB).
     #[arg(long, value_name = "BYTES")]
     max_upload_in_flight: Option<u64>,
@@ -243,6 +248,7 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
         }
         config.max_connections = Some(connections);
     }
+    config.max_guest_descriptors = args.max_guest_descriptors;
     if let Some(bytes) = args.max_upload_in_flight {
         config.max_upload_in_flight = bytes;
     }

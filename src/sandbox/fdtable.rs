@@ -3,6 +3,7 @@
 //! WASI function beyond opening a lazy directory; the functions do that.
 
 use super::abi::{fdflags, rights};
+use super::descriptors::{Held, GUEST_DESCRIPTORS};
 use super::error::errno::{EBADF, EIO, EMFILE, ENOTDIR};
 use super::{Fail, Preopen, PreopenDir, MAX_OPEN_FDS};
 use cap_std::fs::Dir;
@@ -28,17 +29,19 @@ pub struct DirFd {
 }
 
 enum DirSlot {
-    Open(Dir),
+    /// Open, with its share of the guests' descriptors (none for a preopen opened before the
+    /// run).
+    Open(Dir, #[allow(dead_code)] Option<Held>),
     Lazy(Box<dyn FnOnce() -> std::io::Result<Dir> + Send>),
     /// A lazy open that failed; every later use answers `EIO` too.
     Failed,
 }
 
 impl DirFd {
-    /// A directory opened beneath another one.
-    pub fn opened(dir: Dir, read_only: bool, base: u64, inheriting: u64) -> Self {
+    /// A directory opened beneath another one, holding `held`.
+    pub fn opened(dir: Dir, held: Held, read_only: bool, base: u64, inheriting: u64) -> Self {
         Self {
-            slot: DirSlot::Open(dir),
+            slot: DirSlot::Open(dir, Some(held)),
             preopen: None,
             read_only,
             base,
@@ -46,14 +49,16 @@ impl DirFd {
         }
     }
 
-    /// The host directory, opening a lazy preopen on first use.
+    /// The host directory, opening a lazy preopen on first use: `ENFILE` (and still lazy)
+    /// while the guests of the process hold all the descriptors they may.
     pub fn dir(&mut self) -> Result<&Dir, Fail> {
         if matches!(self.slot, DirSlot::Lazy(_)) {
+            let held = GUEST_DESCRIPTORS.take(1)?;
             let DirSlot::Lazy(open) = std::mem::replace(&mut self.slot, DirSlot::Failed) else {
                 return Err(Fail::Errno(EIO));
             };
             if let Ok(dir) = open() {
-                self.slot = DirSlot::Open(dir);
+                self.slot = DirSlot::Open(dir, Some(held));
             }
         }
         self.opened_dir()
@@ -62,7 +67,7 @@ impl DirFd {
     /// The host directory if it is open already (see [`DirFd::dir`]).
     pub fn opened_dir(&self) -> Result<&Dir, Fail> {
         match &self.slot {
-            DirSlot::Open(dir) => Ok(dir),
+            DirSlot::Open(dir, _) => Ok(dir),
             DirSlot::Lazy(_) | DirSlot::Failed => Err(Fail::Errno(EIO)),
         }
     }
@@ -71,6 +76,8 @@ impl DirFd {
 /// A regular file (or another non-directory node) opened beneath a preopen.
 pub struct FileFd {
     pub file: std::fs::File,
+    /// Its share of the guests' descriptors.
+    pub _held: Held,
     pub readable: bool,
     pub writable: bool,
     /// `fdflags` as the guest set them; `APPEND` is applied by seeking to the end before each
@@ -108,7 +115,7 @@ impl FdTable {
                 inheriting &= !rights::WRITING;
             }
             let slot = match preopen.dir {
-                PreopenDir::Open(dir) => DirSlot::Open(dir),
+                PreopenDir::Open(dir) => DirSlot::Open(dir, None),
                 PreopenDir::Lazy(open) => DirSlot::Lazy(open),
             };
             entries.push(Some(Entry::Dir(DirFd {

@@ -47,6 +47,7 @@
 mod abi;
 mod budget;
 mod cancel;
+mod descriptors;
 mod error;
 mod fd;
 mod fdtable;
@@ -61,6 +62,7 @@ mod wait;
 
 pub use budget::WriteBudget;
 pub use cancel::Cancel;
+pub use descriptors::{Descriptors, Held, GUEST_DESCRIPTORS};
 pub use error::errno;
 pub use wait::{RunGate, Waits};
 
@@ -82,8 +84,8 @@ pub const MAX_IOVECS: u32 = 1024;
 pub const MAX_PATH_BYTES: u32 = 4096;
 
 /// The most file descriptors a guest may hold open at once, streams and preopens included:
-/// each file or directory it opens holds one of the host process's, which every other call and
-/// the server's connections share. `EMFILE` beyond.
+/// `EMFILE` beyond. Each file or directory it opens holds one of the host process's, which
+/// every guest together may hold only so many of ([`GUEST_DESCRIPTORS`]; `ENFILE` beyond).
 pub const MAX_OPEN_FDS: usize = 128;
 
 /// What creating a file, directory or link costs from the write budget, whatever it holds: an

@@ -4,6 +4,7 @@
 //! read or write file contents (`io`) nor keep the fd table (`fdtable`).
 
 use super::abi::{self, fdflags, fstflags, oflags, rights, Filestat, SYMLINK_FOLLOW};
+use super::descriptors::GUEST_DESCRIPTORS;
 use super::error::errno::{
     EDQUOT, EILSEQ, EINVAL, EISDIR, ENAMETOOLONG, ENOTCAPABLE, EPERM, EROFS,
 };
@@ -113,6 +114,8 @@ impl<S: Stdio> Wasi<S> {
         }
         let follow = request.lookup & SYMLINK_FOLLOW != 0;
 
+        // Taken before the host opens anything, so the process never holds more.
+        let held = GUEST_DESCRIPTORS.take(1)?;
         let entry = if flags & oflags::DIRECTORY != 0 {
             if creat || trunc {
                 return Err(Fail::Errno(EINVAL));
@@ -128,6 +131,7 @@ impl<S: Stdio> Wasi<S> {
             let opened = opened.map_err(io_fail)?;
             Entry::Dir(DirFd::opened(
                 opened,
+                held,
                 read_only,
                 base & rights::DIRECTORY,
                 inheriting,
@@ -162,6 +166,7 @@ impl<S: Stdio> Wasi<S> {
                 let opened = Dir::from_std_file(file.into_std());
                 Entry::Dir(DirFd::opened(
                     opened,
+                    held,
                     read_only,
                     base & rights::DIRECTORY,
                     inheriting,
@@ -169,6 +174,7 @@ impl<S: Stdio> Wasi<S> {
             } else {
                 Entry::File(FileFd {
                     file: file.into_std(),
+                    _held: held,
                     readable: read,
                     writable: write,
                     flags: request.fdflags,

@@ -64,6 +64,8 @@ pub struct ServeConfig {
     pub write_timeout: Duration,
     /// Connections open at once; `None`: sized from the descriptor limit.
     pub max_connections: Option<usize>,
+    /// Descriptors every guest together may hold; `None`: sized from the calls in flight.
+    pub max_guest_descriptors: Option<usize>,
     /// The bucket the store (then a cache folder) follows, if any.
     pub follow: Option<follow::FollowConfig>,
     /// The bounds of every compile (uploads, and calls that find no artifact).
@@ -101,6 +103,7 @@ impl ServeConfig {
             idle_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(30),
             max_connections: None,
+            max_guest_descriptors: None,
             follow: None,
         }
     }

@@ -55,6 +55,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
 use crate::http::{Policy, PolicyError};
+use crate::sandbox::GUEST_DESCRIPTORS;
 use crate::store::{Store, StoreError};
 use admission::Admission;
 use calls::{Calls, Execution};
@@ -191,6 +192,23 @@ async fn follower(
     Ok(Some(follower))
 }
 
+/// Shares the process's descriptors between connections (if it `serves_connections`), guests
+/// and the rest of the server, and bounds what guests hold ([`GUEST_DESCRIPTORS`]).
+fn share_descriptors(config: &ServeConfig, serves_connections: bool) -> accept::DescriptorShares {
+    let shares = accept::DescriptorShares::new(
+        accept::descriptor_limit(),
+        config.max_connections,
+        config.max_guest_descriptors,
+        config.max_calls,
+        serves_connections,
+    );
+    if let Some(warning) = shares.warning(serves_connections) {
+        tracing::warn!("{warning}");
+    }
+    GUEST_DESCRIPTORS.set_limit(shares.guests);
+    shares
+}
+
 /// Serves HTTP until SIGTERM or SIGINT. `ready` is told the bound address (the port may have
 /// been 0).
 pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
@@ -212,9 +230,7 @@ pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(
         let drain = config.drain;
         let idle_timeout = config.idle_timeout;
         let write_timeout = config.write_timeout;
-        let max_connections = config
-            .max_connections
-            .unwrap_or_else(accept::default_max_connections);
+        let max_connections = share_descriptors(&config, true).connections;
         let server = Arc::new(Server::new(config, bound, Arc::clone(&calls), follower));
         let graceful = GracefulShutdown::new();
         let stop = stop_signal();
@@ -263,6 +279,7 @@ pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(
 /// Serves the stored package `name` over stdin and stdout until end of input (or SIGTERM /
 /// SIGINT), then finishes the accepted calls.
 pub fn run_stdio(config: ServeConfig, name: &str) -> Result<(), ServeError> {
+    share_descriptors(&config, false);
     let calls = calls(&config)?;
     let runtime = runtime(config.http_threads)?;
     let served = runtime.block_on(async {

@@ -384,6 +384,47 @@ fn out_of_descriptors_the_accept_loop_backs_off_logs_little_and_recovers() {
 }
 
 #[test]
+fn guests_together_hold_at_most_max_guest_descriptors() {
+    // Each guest may hold 128 descriptors, but 1,024 calls holding 128 each were twice the
+    // process's 65,536: the descriptors connections and the store need were theirs to take.
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &["--max-guest-descriptors", "8"]);
+    let open = |count: u64, hold_ms: u64| {
+        json!({"tool": "open_files", "arguments": {
+            "path": "/volume/tmp/f", "count": count, "hold_ms": hold_ms}})
+    };
+    let opened = |reply: serve_support::Reply| -> Value {
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let outcome = reply.json();
+        assert_eq!(outcome["outcome"], "ok", "{outcome}");
+        serde_json::from_str(outcome["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
+    };
+    let addr = server.addr;
+    let body = open(100, 3000).to_string();
+    let holding = std::thread::spawn(move || {
+        request(
+            addr,
+            "POST",
+            "/v1/packages/fixture/call",
+            &[],
+            body.as_bytes(),
+        )
+    });
+    server.wait_until("the first call holds its files", |s| {
+        s.metric("hako_calls_waiting") == 1.0
+    });
+    // Its /volume/tmp holds one and its files the other 7: another call cannot open even
+    // its own /volume/tmp, and is refused ENFILE (41), not EMFILE.
+    let refused = opened(server.post_json("/v1/packages/fixture/call", &open(1, 0)));
+    assert_eq!(refused["errno"], 41, "{refused}");
+    let held = opened(holding.join().unwrap());
+    assert_eq!(held, json!({"opened": 7, "errno": 41}));
+    // What a call held is given back when it ends.
+    let again = opened(server.post_json("/v1/packages/fixture/call", &open(100, 0)));
+    assert_eq!(again, json!({"opened": 7, "errno": 41}));
+}
+
+#[test]
 fn uploads_in_flight_are_bounded_and_streamed_to_the_stores_staging_folder() {
     use std::io::{BufReader, Write};
     // Four 120 MiB uploads at once took the server from 10 MB to 509 MB: bodies were held in

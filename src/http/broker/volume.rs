@@ -12,6 +12,7 @@ use cap_std::ambient_authority;
 use cap_std::fs::{Dir, File};
 
 use crate::http::answer::{ErrorKind, HttpError};
+use crate::sandbox::{Held, GUEST_DESCRIPTORS};
 
 /// The largest `file` body a request may send.
 pub const MAX_FILE_BODY_BYTES: u64 = 64 * 1024 * 1024;
@@ -113,8 +114,10 @@ impl VolumeDirs {
         VolumeDirs::default()
     }
 
-    /// The root folder and the path inside it of the guest path `guest` (`/volume/…`).
-    fn locate<'a>(&self, field: &str, guest: &'a str) -> Result<(Dir, &'a str), HttpError> {
+    /// The root folder and the path inside it of the guest path `guest` (`/volume/…`), with
+    /// the two descriptors the folder and the file in it hold taken from the guests' share
+    /// (see [`GUEST_DESCRIPTORS`]).
+    fn locate<'a>(&self, field: &str, guest: &'a str) -> Result<(Dir, &'a str, Held), HttpError> {
         let bad =
             |why: String| HttpError::new(ErrorKind::BadPath, format!("{field} `{guest}` {why}"));
         let below = guest
@@ -134,12 +137,19 @@ impl VolumeDirs {
         if rest.is_empty() {
             return Err(bad("names a folder, not a file".into()));
         }
+        let held = GUEST_DESCRIPTORS.take(2).map_err(|_| {
+            bad(format!(
+                "cannot be opened now: the server's guests hold every descriptor they may \
+                 ({} with --max-guest-descriptors); try again",
+                GUEST_DESCRIPTORS.limit()
+            ))
+        })?;
         let dir = root.open().map_err(|error| {
             bad(format!(
                 "cannot be reached: /volume/{mount} is unavailable ({error})"
             ))
         })?;
-        Ok((dir, rest))
+        Ok((dir, rest, held))
     }
 
     /// The content of the file at guest path `guest`, for a `file` body: at most
@@ -147,7 +157,7 @@ impl VolumeDirs {
     /// request is sent (and sent again on a redirect that keeps the body).
     pub fn read(&self, guest: &str) -> Result<Vec<u8>, HttpError> {
         use std::io::Read;
-        let (dir, rest) = self.locate("body.path", guest)?;
+        let (dir, rest, _held) = self.locate("body.path", guest)?;
         let unreadable = |error: io::Error| {
             HttpError::new(
                 ErrorKind::BadPath,
@@ -178,7 +188,7 @@ impl VolumeDirs {
     /// Creates (or truncates) the file at guest path `guest` for a `file` output, making its
     /// parent folders. Returns the folder it is in and its path there, to remove it again.
     pub fn create(&self, guest: &str) -> Result<(File, OutputFile), HttpError> {
-        let (dir, rest) = self.locate("output.path", guest)?;
+        let (dir, rest, held) = self.locate("output.path", guest)?;
         let fail = |error: io::Error| {
             HttpError::new(
                 ErrorKind::BadPath,
@@ -197,6 +207,7 @@ impl VolumeDirs {
             OutputFile {
                 dir,
                 path: rest.to_string(),
+                _held: held,
             },
         ))
     }
@@ -207,6 +218,9 @@ impl VolumeDirs {
 pub struct OutputFile {
     dir: Dir,
     path: String,
+    /// The folder's and the file's share of the guests' descriptors: the file is written
+    /// while this is kept.
+    _held: Held,
 }
 
 impl OutputFile {
