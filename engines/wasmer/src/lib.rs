@@ -142,7 +142,7 @@ fn settings() -> &'static str {
     SETTINGS.get_or_init(|| {
         format!(
             "features=bulk-memory,multi-value,reference-types,simd;memory=static,bound={},\
-             guard={};{};memory-images=1",
+             guard={};{};memory-images=2",
             MemoryStyle::static_bound().bytes().0,
             MemoryStyle::static_offset_guard_size(),
             checks::SETTINGS

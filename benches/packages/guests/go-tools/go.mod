@@ -1,0 +1,3 @@
+module hako.bench/go-tools
+
+go 1.27
