@@ -863,6 +863,25 @@ fn a_guest_thread_makes_its_next_instance_ahead_within_the_operators_bound() {
     assert_eq!(outcome["stats"]["ready"], false, "{outcome}");
     assert!(!outcome.to_string().contains("Hello"), "{outcome}");
     assert_eq!(server.metric("hako_calls_ready_total"), 2.0);
+    // A call that followed another package's call makes nothing ahead (calls of many packages
+    // in turn would drop each unused); the next call of the same package does.
+    let echo = || {
+        let reply = server.post_json(
+            "/v1/packages/fixture/call",
+            &json!({"tool": "echo", "arguments": {"said": "y"}}),
+        );
+        let outcome = reply.json();
+        assert_eq!(outcome["outcome"], "ok", "{outcome}");
+        outcome["stats"]["ready"].as_bool().unwrap()
+    };
+    assert!(
+        !echo(),
+        "nothing was made after the call that followed greet's"
+    );
+    assert!(
+        echo(),
+        "one was made after the call that followed its own package's"
+    );
 
     // The operator's bound: none at all.
     let server = Server::start(store.path(), &["--workers", "1", "--ready-instances", "0"]);
