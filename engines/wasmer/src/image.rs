@@ -501,9 +501,11 @@ mod tests {
         wat::parse_str(text).unwrap()
     }
 
-    /// The data segments of `module`: an active one's offset and bytes, or a passive one's
-    /// bytes; and the data count, if any.
-    fn segments(module: &[u8]) -> (Vec<(Option<i32>, Vec<u8>)>, Option<u32>) {
+    /// A data segment: an active one's offset (`None` for a passive one) and its bytes.
+    type Segment = (Option<i32>, Vec<u8>);
+
+    /// The data segments of `module`, and the data count, if any.
+    fn segments(module: &[u8]) -> (Vec<Segment>, Option<u32>) {
         wasmparser::Validator::new().validate_all(module).unwrap();
         let mut segments = Vec::new();
         let mut count = None;
