@@ -104,6 +104,10 @@ pub struct ServeArgs {
     /// limit less 256).
     #[arg(long, value_name = "N")]
     max_guest_descriptors: Option<usize>,
+    /// What the loaded modules kept in memory may weigh together, in MiB of their artifacts;
+    /// the least recently called go first, and at most 4096 are kept (default: 512).
+    #[arg(long, value_name = "MIB")]
+    module_cache_mib: Option<u64>,
     /// The bytes all uploads may hold at once; beyond it, 503 (default: 256 MiB).
     #[arg(long, value_name = "BYTES")]
     max_upload_in_flight: Option<u64>,
@@ -249,6 +253,9 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
         config.max_connections = Some(connections);
     }
     config.max_guest_descriptors = args.max_guest_descriptors;
+    if let Some(mib) = args.module_cache_mib {
+        config.module_cache_bytes = mib.saturating_mul(1 << 20);
+    }
     if let Some(bytes) = args.max_upload_in_flight {
         config.max_upload_in_flight = bytes;
     }

@@ -154,7 +154,7 @@ impl Calls {
         policy: Policy,
         engine: EngineConfig,
         execution: Execution,
-        cached_modules: usize,
+        module_cache_bytes: u64,
         broker: Arc<dyn Broker>,
         caps: LimitCaps,
     ) -> Self {
@@ -167,7 +167,7 @@ impl Calls {
             policy,
             engine,
             served: Mutex::default(),
-            modules: ModuleCache::new(cached_modules),
+            modules: ModuleCache::new(module_cache_bytes),
             metrics: Metrics::new(execution.permits.states()),
             execution,
             broker,

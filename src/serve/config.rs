@@ -40,8 +40,8 @@ pub struct ServeConfig {
     /// call's answer is sent, makes one of the module it ran for its next call, while fewer
     /// than this are held (0: none is made).
     pub ready_instances: usize,
-    /// Loaded modules kept in memory.
-    pub cached_modules: usize,
+    /// What the loaded modules kept in memory may weigh together (their artifacts' sizes).
+    pub module_cache_bytes: u64,
     /// The largest JSON request body (MCP messages, calls).
     pub max_body_bytes: usize,
     /// The largest upload (a package archive).
@@ -91,7 +91,7 @@ impl ServeConfig {
             max_calls: DEFAULT_MAX_CALLS,
             http_threads: (cores / 2).max(1),
             ready_instances: cores,
-            cached_modules: 64,
+            module_cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
             max_body_bytes: 4 * 1024 * 1024,
             max_upload_bytes: 128 * 1024 * 1024,
             keepalive: Duration::from_secs(15),

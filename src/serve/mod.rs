@@ -125,7 +125,7 @@ fn calls(config: &ServeConfig) -> Result<Arc<Calls>, ServeError> {
             policy,
             config.engine,
             execution,
-            config.cached_modules,
+            config.module_cache_bytes,
             broker,
             config.caps,
         )

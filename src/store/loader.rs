@@ -122,10 +122,13 @@ impl Store {
             });
         }
         let mut loaded = self.load_artifact(&key, engine.as_ref(), &mut notes)?;
+        // The artifact the module came from, whose size it weighs in the cache.
+        let mut from = self.artifacts().path(&key);
         if loaded.is_none() {
             if let Some(baseline) = engines::baseline_engine(config, engine.as_ref())? {
                 let baseline_key = ArtifactKey::new(spec.module_sha256, baseline.identity());
                 loaded = self.load_artifact(&baseline_key, baseline.as_ref(), &mut notes)?;
+                from = self.artifacts().path(&baseline_key);
             }
         }
         let (module, source) = match loaded {
@@ -150,6 +153,7 @@ impl Store {
                     crate::compile::compile(config, None, &wasm, self.compile_bounds())?;
                 self.artifacts().write_serialized(&key, serialized)?;
                 let module = self.load_stored(&key, engine.as_ref())?;
+                from = self.artifacts().path(&key);
                 notes.push(format!(
                     "no cached artifact for {config}: compiled the module now"
                 ));
@@ -159,7 +163,9 @@ impl Store {
         // Kept under the key this machine asks for, whichever artifact it came from, so that
         // a warm call finds it with one look-up.
         if let Some(cache) = memory {
-            cache.insert(key, Arc::clone(&module));
+            // A module whose artifact cannot be measured (gone since) weighs 1 MiB.
+            let weight = std::fs::metadata(&from).map_or(1 << 20, |meta| meta.len());
+            cache.insert(key, Arc::clone(&module), weight);
         }
         Ok(Loaded {
             module,

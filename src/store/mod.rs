@@ -36,7 +36,7 @@ use sha2::{Digest, Sha256};
 
 pub use artifact::{ArtifactCache, ArtifactError, ArtifactKey, Origin};
 pub use loader::{Loaded, ModuleBytes, ModuleSource, ModuleSpec, Source};
-pub use modules::ModuleCache;
+pub use modules::{ModuleCache, DEFAULT_CACHE_BYTES, MAX_CACHED_MODULES};
 pub use staging::Staging;
 
 use crate::compile::CompileBounds;
