@@ -23,13 +23,10 @@ while [[ $# -gt 0 && "$1" != "--" ]]; do counts+=("$1"); shift; done
 package="${1:-examples/greet}"
 [[ ${#counts[@]} -gt 0 ]] || counts=(1 32 200 1000)
 
-command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install -y wrk)" >&2; exit 1; }
-command -v jq >/dev/null || { echo "jq is not installed (apt-get install -y jq)" >&2; exit 1; }
-hako="${HAKO:-}"
-if [[ -z "$hako" ]]; then
-  cargo build --release --quiet
-  hako="${CARGO_TARGET_DIR:-target}/release/hako"
-fi
+# shellcheck source=benches/serve/common.sh
+. benches/serve/common.sh
+need wrk jq
+hako="$(hako_binary)"
 pinned_server=""
 pinned_wrk=""
 pinned_args=""

@@ -16,15 +16,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 duration="${1:-8}"
-command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install -y wrk)" >&2; exit 1; }
-command -v openssl >/dev/null || { echo "openssl is not installed" >&2; exit 1; }
+# shellcheck source=benches/serve/common.sh
+. benches/serve/common.sh
+need wrk openssl
 [[ -f benches/serve/waits/module.wasm ]] ||
   { echo "benches/serve/waits has no module.wasm (benches/packages/build.sh builds it)" >&2; exit 1; }
-hako="${HAKO:-}"
-if [[ -z "$hako" ]]; then
-  cargo build --release --quiet
-  hako="${CARGO_TARGET_DIR:-target}/release/hako"
-fi
+hako="$(hako_binary)"
 # 1,000 connections of wrk, and as many of the server: as many descriptors as allowed.
 ulimit -n "$(ulimit -Hn)"
 

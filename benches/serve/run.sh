@@ -37,14 +37,10 @@ shift $(( $# < 3 ? $# : 3 ))
 packages=("$@")
 [[ ${#packages[@]} -gt 0 ]] || packages=(examples/greet benches/packages/data-8m)
 
-command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install -y wrk)" >&2; exit 1; }
-command -v jq >/dev/null || { echo "jq is not installed (apt-get install -y jq)" >&2; exit 1; }
-# $HAKO names a hako binary to measure instead of building one (release, default features).
-hako="${HAKO:-}"
-if [[ -z "$hako" ]]; then
-  cargo build --release --quiet
-  hako="${CARGO_TARGET_DIR:-target}/release/hako"
-fi
+# shellcheck source=benches/serve/common.sh
+. benches/serve/common.sh
+need wrk jq
+hako="$(hako_binary)"
 workers="$(nproc)"
 pinned_server=""
 pinned_wrk=""

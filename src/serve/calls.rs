@@ -187,6 +187,23 @@ impl Calls {
         &self.store
     }
 
+    /// The loaded-module cache's gauges in the Prometheus text form: modules kept, and what
+    /// they weigh together.
+    pub fn render_module_cache(&self) -> String {
+        format!(
+            "# HELP hako_modules_loaded Modules loaded and kept in memory now (at most {}).\n\
+             # TYPE hako_modules_loaded gauge\n\
+             hako_modules_loaded {}\n\
+             # HELP hako_module_cache_bytes What the modules kept weigh together: their \
+             artifacts' sizes (at most --module-cache-mib, unless one module alone weighs more).\n\
+             # TYPE hako_module_cache_bytes gauge\n\
+             hako_module_cache_bytes {}\n",
+            crate::store::MAX_CACHED_MODULES,
+            self.modules.len(),
+            self.modules.weight()
+        )
+    }
+
     pub fn execution(&self) -> &Execution {
         &self.execution
     }

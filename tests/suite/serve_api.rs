@@ -399,17 +399,7 @@ fn guests_together_hold_at_most_max_guest_descriptors() {
         assert_eq!(outcome["outcome"], "ok", "{outcome}");
         serde_json::from_str(outcome["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
     };
-    let addr = server.addr;
-    let body = open(100, 3000).to_string();
-    let holding = std::thread::spawn(move || {
-        request(
-            addr,
-            "POST",
-            "/v1/packages/fixture/call",
-            &[],
-            body.as_bytes(),
-        )
-    });
+    let holding = serve_support::send(server.addr, "fixture", open(100, 3000));
     server.wait_until("the first call holds its files", |s| {
         s.metric("hako_calls_waiting") == 1.0
     });
@@ -551,6 +541,42 @@ fn module_loads_after_the_first_come_from_the_shared_cache() {
     assert_eq!(
         server.metric("hako_module_loads_total{source=\"memory\"}"),
         2.0
+    );
+}
+
+#[test]
+fn the_module_cache_is_bounded_by_what_its_modules_weigh() {
+    let store = serve_support::store();
+    let calls = |server: &Server| {
+        for (package, tool) in [("greet", "greet"), ("fixture", "echo"), ("greet", "greet")] {
+            let reply = server.post_json(
+                &format!("/v1/packages/{package}/call"),
+                &json!({"tool": tool, "arguments": {"name": "x"}}),
+            );
+            assert_eq!(reply.status, 200, "{}", reply.text());
+        }
+    };
+    // 0 MiB keeps one module, the last loaded: greet is loaded again after fixture's call.
+    let server = Server::start(store.path(), &["--module-cache-mib", "0"]);
+    calls(&server);
+    let artifact = "hako_module_loads_total{source=\"artifact\"}";
+    assert_eq!(server.metric(artifact), 3.0);
+    assert_eq!(server.metric("hako_modules_loaded"), 1.0);
+    // By default both stay, and the gauge weighs their two artifacts.
+    let server = Server::start(store.path(), &[]);
+    calls(&server);
+    assert_eq!(server.metric(artifact), 2.0);
+    assert_eq!(server.metric("hako_modules_loaded"), 2.0);
+    let artifacts: u64 = std::fs::read_dir(store.path().join("artifacts"))
+        .unwrap()
+        .map(|entry| entry.unwrap().metadata().unwrap())
+        .filter(|meta| meta.is_file())
+        .map(|meta| meta.len())
+        .sum();
+    assert!(
+        (1.0..=artifacts as f64).contains(&server.metric("hako_module_cache_bytes")),
+        "{} of {artifacts}",
+        server.metric("hako_module_cache_bytes")
     );
 }
 
@@ -712,20 +738,7 @@ fn beyond_the_calls_in_flight_calls_get_503_and_every_admitted_call_is_answered(
         store.path(),
         &["--workers", "1", "--max-calls", "2", "--http-threads", "1"],
     );
-    let addr = server.addr;
-    let body = sleep_call(600).to_string();
-    let send = move || {
-        let body = body.clone();
-        std::thread::spawn(move || {
-            request(
-                addr,
-                "POST",
-                "/v1/packages/fixture/call",
-                &[],
-                body.as_bytes(),
-            )
-        })
-    };
+    let send = || serve_support::send(server.addr, "fixture", sleep_call(600));
     let sleeping = [send(), send()];
     server.wait_until("both calls sleep, holding no permit", |s| {
         s.metric("hako_calls_waiting") == 2.0

@@ -9,6 +9,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -351,6 +352,12 @@ pub fn read_head(reader: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
             headers.push((key.trim().to_string(), value.trim().to_string()));
         }
     }
+}
+
+/// `POST /v1/packages/PACKAGE/call` with `body`, on a thread of its own.
+pub fn send(addr: SocketAddr, package: &str, body: Value) -> JoinHandle<Reply> {
+    let path = format!("/v1/packages/{package}/call");
+    std::thread::spawn(move || request(addr, "POST", &path, &[], body.to_string().as_bytes()))
 }
 
 /// One request on a new connection to `addr`, read to the end of its body.

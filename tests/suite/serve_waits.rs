@@ -5,18 +5,11 @@
 //! waits there past its time limit ends as `timeout`; the bound on calls in flight answers
 //! 503 (in `serve_api`); SIGTERM drains every waiting call.
 
-use crate::serve_support::{self, request, Reply, Server};
+use crate::serve_support::{self, send, Reply, Server};
 use crate::support::https::TestServer;
 
 use serde_json::{json, Value};
-use std::net::SocketAddr;
 use std::thread::JoinHandle;
-
-/// `POST /v1/packages/PACKAGE/call` with `body`, on a thread of its own.
-fn send(addr: SocketAddr, package: &str, body: Value) -> JoinHandle<Reply> {
-    let path = format!("/v1/packages/{package}/call");
-    std::thread::spawn(move || request(addr, "POST", &path, &[], body.to_string().as_bytes()))
-}
 
 /// `count` calls of the fixture's `sleep` for `ms`, each on a thread of its own, once all of
 /// them sleep at once (the server's gauge says so).
