@@ -674,22 +674,28 @@ pub(crate) fn write_atomically(
     Ok(())
 }
 
+/// The key of module `module_sha256` for an identity of wasmer-cranelift, for the store's tests.
+#[cfg(test)]
+pub(crate) fn test_key(module_sha256: &str) -> ArtifactKey {
+    ArtifactKey::new(
+        module_sha256,
+        &EngineIdentity {
+            engine: "wasmer",
+            version: "7.4.2",
+            compiler: "cranelift".into(),
+            triple: "x86_64-unknown-linux-gnu".into(),
+            cpu_features: "sse2".into(),
+            settings: "features=x",
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn key() -> ArtifactKey {
-        ArtifactKey::new(
-            "ab".repeat(32).as_str(),
-            &EngineIdentity {
-                engine: "wasmer",
-                version: "7.4.2",
-                compiler: "cranelift".into(),
-                triple: "x86_64-unknown-linux-gnu".into(),
-                cpu_features: "sse2".into(),
-                settings: "features=x",
-            },
-        )
+        test_key(&"ab".repeat(32))
     }
 
     /// A module as an engine serializes it: `code`, and an image of `pages` 64 KiB pages.

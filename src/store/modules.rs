@@ -97,7 +97,7 @@ impl ModuleCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hako_engine_api::{EngineError, EngineIdentity, Prepared, RunLimits, Serialized};
+    use hako_engine_api::{EngineError, Prepared, RunLimits, Serialized};
 
     struct Nothing;
 
@@ -112,17 +112,7 @@ mod tests {
     }
 
     fn key(n: u16) -> ArtifactKey {
-        ArtifactKey::new(
-            &format!("{n:064x}"),
-            &EngineIdentity {
-                engine: "wasmer",
-                version: "7.4.2",
-                compiler: "cranelift".into(),
-                triple: "x86_64-unknown-linux-gnu".into(),
-                cpu_features: "sse2".into(),
-                settings: "features=x",
-            },
-        )
+        crate::store::artifact::test_key(&format!("{n:064x}"))
     }
 
     #[test]
