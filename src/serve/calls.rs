@@ -21,8 +21,8 @@ use hako_engine_api::Module;
 use super::access::{Origin, Record};
 use super::admission::{Admission, Admitted};
 use super::current::{Changes, CurrentWatch};
-use super::metrics::Metrics;
-use super::permits::{CallPermit, Place, RunPermits, Start};
+use super::metrics::{Metrics, PackageCounters};
+use super::permits::{CallPermit, PackageLine, Place, RunPermits, Start};
 use super::threads::{self, CallThreads, Job};
 use crate::call::{
     self, CallOutcome, CallStats, Crash, CrashKind, Limits, Mounts, Network, ReadyInstance,
@@ -48,6 +48,10 @@ pub struct Served {
     /// Looked for once: a stored version never changes (a call used to `stat` it).
     assets: Option<PathBuf>,
     policy: Arc<PackagePolicy>,
+    /// The package's run permits and its counters, looked up by name once per version rather
+    /// than at each call.
+    line: PackageLine,
+    counters: Arc<PackageCounters>,
 }
 
 impl Served {
@@ -247,6 +251,8 @@ impl Calls {
                     module: stored.module_path(),
                     stored,
                     policy,
+                    line: self.execution.permits.line(name),
+                    counters: self.metrics.package(name),
                 })
             }
         };
@@ -293,7 +299,7 @@ impl Calls {
             self.metrics.rejected();
             return Err(CallError::Busy);
         };
-        let permit = self.execution.permits.for_call(package.name());
+        let permit = self.execution.permits.for_call_in(&package.line);
         // Counted before it starts: its thread may finish it before `submit` returns.
         self.metrics.admitted();
         let number = self.numbered.fetch_add(1, Ordering::Relaxed) + 1;
@@ -372,7 +378,7 @@ impl Calls {
             ..
         } = call;
         let mut teardown = Teardown::default();
-        let (outcome, took) = metered(&self.metrics, package.name(), || {
+        let (outcome, took) = metered(&self.metrics, &package.counters, || {
             // The line for a permit is bounded by the call's own time limit.
             let mut outcome = if granted {
                 let (outcome, left) = self.run_counted(package, tool, arguments, limits, permit)?;
@@ -589,7 +595,7 @@ fn waited_past_limit(limits: Limits) -> CallOutcome {
 /// neither stays "in flight" for good nor leaves its client without an answer.
 fn metered(
     metrics: &Metrics,
-    package: &str,
+    package: &PackageCounters,
     call: impl FnOnce() -> Result<CallOutcome, CallError>,
 ) -> (Result<CallOutcome, CallError>, Duration) {
     let started = Instant::now();
@@ -691,7 +697,7 @@ mod tests {
     fn a_call_that_panics_is_counted_as_finished_and_answered_as_a_host_failure() {
         let metrics = Metrics::default();
         metrics.admitted();
-        let (result, _) = metered(&metrics, "p", || panic!("on purpose"));
+        let (result, _) = metered(&metrics, &metrics.package("p"), || panic!("on purpose"));
         assert!(matches!(result, Err(CallError::Host(_))), "{result:?}");
         assert_eq!(metrics.in_flight(), 0);
         assert!(metrics

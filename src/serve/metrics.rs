@@ -62,9 +62,9 @@ fn kind_index(kind: CrashKind) -> usize {
         .unwrap_or_default()
 }
 
-/// One package's counters.
+/// One package's counters (a served version holds its package's, looked up once).
 #[derive(Default)]
-struct PackageCounters {
+pub struct PackageCounters {
     ok: AtomicU64,
     is_error: AtomicU64,
     crashed: AtomicU64,
@@ -119,10 +119,15 @@ impl Metrics {
         self.calls_ready.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A call of `package` finished: with an outcome, or with a host failure (`None`).
-    pub fn finished(&self, package: &str, outcome: Option<&CallOutcome>, took: Duration) {
+    /// A call of the package whose `counters` these are finished: with an outcome, or with a
+    /// host failure (`None`).
+    pub fn finished(
+        &self,
+        counters: &PackageCounters,
+        outcome: Option<&CallOutcome>,
+        took: Duration,
+    ) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
-        let counters = self.package(package);
         let (counter, of_package) = match outcome {
             Some(CallOutcome::Answered { result, .. }) if result.is_error => {
                 (&self.is_error, &counters.is_error)
@@ -159,7 +164,7 @@ impl Metrics {
     }
 
     /// `package`'s counters, or those of every package past the bound on labels.
-    fn package(&self, package: &str) -> Arc<PackageCounters> {
+    pub fn package(&self, package: &str) -> Arc<PackageCounters> {
         let mut packages = self.packages.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(counters) = packages.get(package) {
             return Arc::clone(counters);
@@ -363,7 +368,7 @@ mod tests {
         let metrics = Metrics::default();
         metrics.admitted();
         metrics.finished(
-            "p",
+            &metrics.package("p"),
             Some(&crashed(CrashKind::Timeout)),
             Duration::from_millis(3),
         );
@@ -392,7 +397,8 @@ mod tests {
         let metrics = Metrics::default();
         for n in 0..MAX_PACKAGE_LABELS + 10 {
             metrics.admitted();
-            metrics.finished(&format!("p{n}"), None, Duration::from_millis(1));
+            let counters = metrics.package(&format!("p{n}"));
+            metrics.finished(&counters, None, Duration::from_millis(1));
         }
         let text = metrics.render();
         let series = text
@@ -413,7 +419,7 @@ mod tests {
         let metrics = Metrics::default();
         for ms in [1, 3, 40] {
             metrics.admitted();
-            metrics.finished("p", None, Duration::from_millis(ms));
+            metrics.finished(&metrics.package("p"), None, Duration::from_millis(ms));
         }
         let text = metrics.render();
         assert!(

@@ -110,30 +110,41 @@ impl RunPermits {
         &self.states
     }
 
+    /// `package`'s permits and line, made on its first call; a served version keeps them, so
+    /// that a call does not look them up by name.
+    pub fn line(&self, package: &str) -> PackageLine {
+        let mut packages = lock(&self.packages);
+        if let Some(permits) = packages.get(package) {
+            return PackageLine(Arc::clone(permits));
+        }
+        let permits = Arc::new(PackagePermits::new(
+            self.per_package,
+            Arc::clone(&self.in_line),
+        ));
+        packages.insert(package.to_string(), Arc::clone(&permits));
+        PackageLine(permits)
+    }
+
     /// A handle for one call of `package`, holding no permit yet.
+    #[cfg(test)]
     pub fn for_call(&self, package: &str) -> Arc<CallPermit> {
-        let permits = {
-            let mut packages = lock(&self.packages);
-            match packages.get(package) {
-                Some(permits) => Arc::clone(permits),
-                None => {
-                    let permits = Arc::new(PackagePermits::new(
-                        self.per_package,
-                        Arc::clone(&self.in_line),
-                    ));
-                    packages.insert(package.to_string(), Arc::clone(&permits));
-                    permits
-                }
-            }
-        };
+        self.for_call_in(&self.line(package))
+    }
+
+    /// A handle for one call in `line`, holding no permit yet.
+    pub fn for_call_in(&self, line: &PackageLine) -> Arc<CallPermit> {
         Arc::new(CallPermit {
-            permits,
+            permits: Arc::clone(&line.0),
             states: Arc::clone(&self.states),
             held: AtomicBool::new(false),
             queued_us: AtomicU64::new(0),
         })
     }
 }
+
+/// One package's permits and line ([`RunPermits::line`]).
+#[derive(Clone)]
+pub struct PackageLine(Arc<PackagePermits>);
 
 impl Drop for RunPermits {
     fn drop(&mut self) {
