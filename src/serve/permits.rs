@@ -178,6 +178,50 @@ fn sweep(packages: &Mutex<HashMap<String, Arc<PackagePermits>>>, in_line: &InLin
     }
 }
 
+thread_local! {
+    /// The calls given a permit on this thread while another such start runs here, in order.
+    static STARTING: std::cell::RefCell<Option<VecDeque<Start>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Starts `start` holding a permit. A start whose call cannot start after all (no thread for
+/// it) gives its permit back at once, which starts the next call in line: so that a line of
+/// such calls runs in a loop here rather than one inside the other down this thread's stack
+/// (1,024 calls in line while no thread can be made would overflow it), a start made while
+/// another one runs on this thread waits for it.
+fn start_granted(start: Start) {
+    let first = STARTING.with(|starting| {
+        let mut starting = starting.borrow_mut();
+        match starting.as_mut() {
+            Some(later) => {
+                later.push_back(start);
+                None
+            }
+            None => {
+                *starting = Some(VecDeque::new());
+                Some(start)
+            }
+        }
+    });
+    let Some(mut start) = first else { return };
+    /// Ends the loop's turn on this thread, even if a start panics.
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            STARTING.with(|starting| starting.borrow_mut().take());
+        }
+    }
+    let _done = Done;
+    loop {
+        start(true);
+        match STARTING.with(|starting| starting.borrow_mut().as_mut().and_then(VecDeque::pop_front))
+        {
+            Some(next) => start = next,
+            None => break,
+        }
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poison| poison.into_inner())
 }
@@ -360,7 +404,7 @@ impl CallPermit {
         if self.held.swap(false, Ordering::AcqRel) {
             self.states.running.fetch_sub(1, Ordering::Relaxed);
             if let Some(next) = self.permits.release() {
-                next(true);
+                start_granted(next);
             }
         }
     }
@@ -513,6 +557,36 @@ mod tests {
         calls[0].release();
         assert_eq!(told.try_recv().unwrap(), (2, true));
         assert!(told.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_line_of_calls_that_cannot_start_is_started_in_a_loop_not_down_the_stack() {
+        // Each call, once given the permit, gives it back at once (as one whose thread could
+        // not be made does), which starts the next: 100,000 of them, nested, overflowed this
+        // thread's stack.
+        let permits = RunPermits::new(1);
+        let far = Instant::now() + Duration::from_secs(3600);
+        let first = permits.for_call("a");
+        let Place::Now(start) = first.enter(Box::new(|_| {}), far) else {
+            panic!("a free permit is taken at once");
+        };
+        start(true);
+        first.started(true, Duration::ZERO);
+        let started = Arc::new(AtomicU64::new(0));
+        for _ in 0..100_000 {
+            let call = permits.for_call("a");
+            let (again, started) = (Arc::clone(&call), Arc::clone(&started));
+            let start: Start = Box::new(move |granted| {
+                again.started(granted, Duration::ZERO);
+                started.fetch_add(1, Ordering::Relaxed);
+                again.release();
+            });
+            assert!(matches!(call.enter(start, far), Place::InLine));
+        }
+        first.release();
+        assert_eq!(started.load(Ordering::Relaxed), 100_000);
+        assert_eq!(permits.states().running.load(Ordering::Relaxed), 0);
+        assert_eq!(permits.states().queued.load(Ordering::Relaxed), 0);
     }
 
     #[test]
