@@ -281,6 +281,12 @@ impl PackagePermits {
     /// Takes the calls whose deadline has passed by `now` out of line.
     fn take_expired(&self, now: Instant) -> Vec<Start> {
         let mut line = lock(&self.state);
+        let is_expired =
+            |waiter: &Waiter| matches!(waiter, Waiter::Start { deadline, .. } if *deadline <= now);
+        // Most looks find nothing: the line is not rebuilt for them.
+        if !line.waiting.iter().any(is_expired) {
+            return Vec::new();
+        }
         let mut expired = Vec::new();
         let mut kept = VecDeque::with_capacity(line.waiting.len());
         for waiter in line.waiting.drain(..) {
