@@ -67,7 +67,9 @@ impl DescriptorShares {
         } else {
             0
         };
-        let asked = connections + self.guests + RESERVED_DESCRIPTORS;
+        let asked = connections
+            .saturating_add(self.guests)
+            .saturating_add(RESERVED_DESCRIPTORS);
         if self.guests == 0 {
             Some(
                 "no descriptors are left for guests (--max-guest-descriptors): every file a guest \
