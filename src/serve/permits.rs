@@ -528,8 +528,9 @@ mod tests {
         assert!(next.acquire(Some(Instant::now())));
     }
 
-    #[test]
-    fn calls_that_have_not_started_wait_in_line_without_a_thread_and_start_in_order() {
+    /// One permit for package `a`, taken by a call that entered and started; and a deadline
+    /// an hour away.
+    fn one_call_started() -> (RunPermits, Arc<CallPermit>, Instant) {
         let permits = RunPermits::new(1);
         let far = Instant::now() + Duration::from_secs(3600);
         let first = permits.for_call("a");
@@ -538,6 +539,12 @@ mod tests {
         };
         start(true);
         first.started(true, Duration::ZERO);
+        (permits, first, far)
+    }
+
+    #[test]
+    fn calls_that_have_not_started_wait_in_line_without_a_thread_and_start_in_order() {
+        let (permits, first, far) = one_call_started();
         let (tell, told) = channel();
         let mut calls = Vec::new();
         for n in 0..3 {
@@ -570,14 +577,7 @@ mod tests {
         // Each call, once given the permit, gives it back at once (as one whose thread could
         // not be made does), which starts the next: 100,000 of them, nested, overflowed this
         // thread's stack.
-        let permits = RunPermits::new(1);
-        let far = Instant::now() + Duration::from_secs(3600);
-        let first = permits.for_call("a");
-        let Place::Now(start) = first.enter(Box::new(|_| {}), far) else {
-            panic!("a free permit is taken at once");
-        };
-        start(true);
-        first.started(true, Duration::ZERO);
+        let (permits, first, far) = one_call_started();
         let started = Arc::new(AtomicU64::new(0));
         for _ in 0..100_000 {
             let call = permits.for_call("a");
