@@ -134,6 +134,63 @@ fn a_table_minimum_above_65536_elements_is_refused_at_check() {
     assert!(stderr.contains("module.table"), "{stderr}");
 }
 
+/// A guest's fields with `segments` passive data segments (`$p0`…, one byte `x` each) and a
+/// passive element segment `$e` of `items` references to `$f`, and the instructions that use
+/// them all: the last segment copied into memory and read back, every segment dropped, the
+/// element segment copied into the table `$t` (of 65,536, the most a table holds) and its last
+/// entry read back.
+fn passive_guest(segments: usize, items: usize) -> Vec<u8> {
+    let data: String = (0..segments)
+        .map(|i| format!("(data $p{i} \"x\")"))
+        .collect();
+    let refs = "$f ".repeat(items);
+    let fields = format!("(table $t 65536 funcref) (func $f) (elem $e func {refs}) {data}");
+    let last = segments - 1;
+    let drops: String = (0..segments)
+        .map(|i| format!("(data.drop $p{i})"))
+        .collect();
+    let on_call = [
+        format!("(memory.init $p{last} (i32.const 70000) (i32.const 0) (i32.const 1))"),
+        check("(i32.eq (i32.load8_u (i32.const 70000)) (i32.const 120))"),
+        drops,
+        format!("(table.init $t $e (i32.const 0) (i32.const 0) (i32.const {items}))"),
+        check(&format!(
+            "(i32.eqz (ref.is_null (table.get $t (i32.const {}))))",
+            items - 1
+        )),
+    ]
+    .concat();
+    mcp_guest("", &fields, &on_call)
+}
+
+#[test]
+fn passive_segments_within_their_bounds_run_everywhere_and_one_more_is_refused_at_check() {
+    // wasmer keeps a map entry for each passive data segment and a copy of each passive element
+    // item in every instance, outside the memory cap: 100,000 segments (the `module.data`
+    // bound) made each instance allocate megabytes.
+    holds(Call::new("hostile").module(passive_guest(1_000, 65_536)));
+    let over = passive_guest(1_001, 65_537);
+    let problems = hako::package::check_module(&over).unwrap_err();
+    let found: Vec<(&str, &str)> = problems
+        .iter()
+        .map(|problem| (problem.rule, problem.message.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (
+                "module.elements",
+                "the module has 65537 items in passive element segments; at most 65536 are \
+                 allowed"
+            ),
+            (
+                "module.data",
+                "the module has 1001 passive data segments; at most 1000 are allowed"
+            ),
+        ]
+    );
+}
+
 /// Runs `call` on every configuration and asserts each run ends as a timeout, soon after its
 /// limit.
 fn stops_in_time(what: &str, call: Call) {

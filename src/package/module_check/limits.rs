@@ -85,6 +85,14 @@ pub const DATA_SEGMENTS: Bound = Bound {
     what: "data segments",
     most: 100_000,
 };
+/// Passive data segments: wasmer keeps a map of them in every instance (an entry each, outside
+/// the memory cap), where wasmtime keeps a bit. Toolchains write a few at most (`memory.init`
+/// of a shared memory's data at start); a thousand cost an instance about 32 KiB.
+pub const PASSIVE_DATA_SEGMENTS: Bound = Bound {
+    rule: "module.data",
+    what: "passive data segments",
+    most: 1_000,
+};
 /// Element segments.
 pub const ELEMENT_SEGMENTS: Bound = Bound {
     rule: "module.elements",
@@ -96,6 +104,14 @@ pub const ELEMENT_ITEMS: Bound = Bound {
     rule: "module.elements",
     what: "items in all element segments",
     most: TABLES.most * MAX_TABLE_ELEMENTS as u64,
+};
+/// Items in passive element segments together: wasmer copies each into every instance (8 bytes
+/// an item, outside the memory cap), so they are bounded by what one table can hold (512 KiB an
+/// instance at most). Toolchains write element segments active or declared, which cost nothing.
+pub const PASSIVE_ELEMENT_ITEMS: Bound = Bound {
+    rule: "module.elements",
+    what: "items in passive element segments",
+    most: MAX_TABLE_ELEMENTS as u64,
 };
 /// The bytes of one function body.
 pub const FUNCTION_BYTES: Bound = Bound {
@@ -117,7 +133,7 @@ pub const NESTING: Bound = Bound {
 };
 
 /// Every bound, for the README's table and the tests.
-pub const ALL: [Bound; 14] = [
+pub const ALL: [Bound; 16] = [
     TYPES,
     FUNCTIONS,
     IMPORTS,
@@ -127,8 +143,10 @@ pub const ALL: [Bound; 14] = [
     TABLES,
     TABLE_MINIMUM,
     DATA_SEGMENTS,
+    PASSIVE_DATA_SEGMENTS,
     ELEMENT_SEGMENTS,
     ELEMENT_ITEMS,
+    PASSIVE_ELEMENT_ITEMS,
     FUNCTION_BYTES,
     LOCALS,
     NESTING,
@@ -219,16 +237,31 @@ impl Counts {
                 }
                 Payload::ElementSection(reader) => {
                     self.module(ELEMENT_SEGMENTS, reader.count().into());
+                    let mut passive_items = 0u64;
                     for element in reader {
-                        let count = match element?.items {
+                        let element = element?;
+                        let count = u64::from(match element.items {
                             wasmparser::ElementItems::Functions(items) => items.count(),
                             wasmparser::ElementItems::Expressions(_, items) => items.count(),
-                        };
-                        self.element_items += u64::from(count);
+                        });
+                        self.element_items += count;
+                        if matches!(element.kind, wasmparser::ElementKind::Passive) {
+                            passive_items += count;
+                        }
                     }
                     self.module(ELEMENT_ITEMS, self.element_items);
+                    self.module(PASSIVE_ELEMENT_ITEMS, passive_items);
                 }
-                Payload::DataSection(reader) => self.module(DATA_SEGMENTS, reader.count().into()),
+                Payload::DataSection(reader) => {
+                    self.module(DATA_SEGMENTS, reader.count().into());
+                    let mut passive = 0u64;
+                    for segment in reader {
+                        if matches!(segment?.kind, wasmparser::DataKind::Passive) {
+                            passive += 1;
+                        }
+                    }
+                    self.module(PASSIVE_DATA_SEGMENTS, passive);
+                }
                 Payload::CodeSectionEntry(body) => {
                     let index = self.body;
                     self.body += 1;
