@@ -42,6 +42,9 @@ pub(crate) const MAX_ZERO_FILL: u64 = 1 << 20;
 pub(crate) enum Layout {
     /// No active data segment: nothing to copy or map.
     Nothing,
+    /// Active data segments, all empty: nothing to map, and the module to compile without them
+    /// (as [`Layout::Image`]'s), so that instantiation does not walk them.
+    Empty { module: Vec<u8> },
     /// An image, and the module to compile (its active segments emptied).
     Image { image: MemoryImage, module: Vec<u8> },
     /// wasmer copies the segments at each instantiation, for this reason.
@@ -53,6 +56,7 @@ impl Layout {
     pub(crate) fn describe(&self) -> String {
         match self {
             Layout::Nothing => "no active data segments".into(),
+            Layout::Empty { .. } => "no bytes in active data segments".into(),
             Layout::Image { image, .. } => describe_image(image.start, image.bytes.len() as u64),
             Layout::Copied(why) => format!("data segments copied at each call: {why}"),
         }
@@ -163,7 +167,10 @@ fn try_plan(wasm: &[u8]) -> Result<Layout, wasmparser::BinaryReaderError> {
         }
     }
     if data_bytes == 0 {
-        return Ok(Layout::Nothing);
+        return Ok(match without_covered(wasm, section) {
+            Ok(module) => Layout::Empty { module },
+            Err(_) => Layout::Nothing,
+        });
     }
     let start = low / IMAGE_ALIGN * IMAGE_ALIGN;
     let end = high.div_ceil(IMAGE_ALIGN) * IMAGE_ALIGN;
@@ -207,17 +214,24 @@ fn try_plan(wasm: &[u8]) -> Result<Layout, wasmparser::BinaryReaderError> {
 /// segments, each one evaluated, checked and copied (empty) at every instantiation when they
 /// were kept, cost nothing. Every other section is copied byte for byte, the code too where no
 /// index changes.
+///
+/// A module whose code names a segment that does not exist (validation refuses it; the upload
+/// check validates before anything compiles) is not rewritten.
 fn without_covered(
     wasm: &[u8],
     reader: wasmparser::DataSectionReader<'_>,
 ) -> Result<Vec<u8>, String> {
-    without_covered_or_parse_error(wasm, reader).map_err(|err| err.to_string())
+    match without_covered_or_parse_error(wasm, reader) {
+        Ok(Some(module)) => Ok(module),
+        Ok(None) => Err("its code names a data segment that does not exist".into()),
+        Err(err) => Err(err.to_string()),
+    }
 }
 
 fn without_covered_or_parse_error(
     wasm: &[u8],
     reader: wasmparser::DataSectionReader<'_>,
-) -> Result<Vec<u8>, wasm_encoder::reencode::Error> {
+) -> Result<Option<Vec<u8>>, wasm_encoder::reencode::Error> {
     let mut named = std::collections::BTreeSet::new();
     let mut data_count = None;
     let mut code_section = None;
@@ -241,6 +255,9 @@ fn without_covered_or_parse_error(
             }
             _ => {}
         }
+    }
+    if named.last().is_some_and(|&last| last >= reader.count()) {
+        return Ok(None);
     }
     let mut data = wasm_encoder::DataSection::new();
     for (index, entry) in reader.clone().into_iter().enumerate() {
@@ -310,7 +327,7 @@ fn without_covered_or_parse_error(
         at = span.end;
     }
     out.extend_from_slice(&wasm[at..]);
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// Data segment indices in code, old to new.
@@ -611,6 +628,40 @@ mod tests {
             matches!(plan(&wasm), Layout::Copied(_)),
             "{:?}",
             plan(&wasm)
+        );
+    }
+
+    #[test]
+    fn empty_active_segments_leave_the_module_with_no_image() {
+        let wasm = module(
+            r#"(module (memory 1) (data (i32.const 10) "") (data $p "passive") (data (i32.const 20) "")
+                 (func (data.drop $p)))"#,
+        );
+        let Layout::Empty { module: compiled } = plan(&wasm) else {
+            panic!("{:?}", plan(&wasm))
+        };
+        assert_eq!(
+            segments(&compiled),
+            (vec![(None, b"passive".to_vec())], Some(1))
+        );
+        // One past the initial memory still traps at instantiation, so it stays.
+        let past = module(r#"(module (memory 1) (data (i32.const 65537) ""))"#);
+        assert!(
+            matches!(plan(&past), Layout::Copied(_)),
+            "{:?}",
+            plan(&past)
+        );
+    }
+
+    #[test]
+    fn code_that_names_a_missing_segment_is_not_rewritten() {
+        // Invalid (validation refuses it before any compile; `wat` writes numeric indices as
+        // they are); the rewrite must not renumber it.
+        let wasm = module(r#"(module (memory 1) (data (i32.const 0) "a") (func (data.drop 3)))"#);
+        let layout = plan(&wasm);
+        assert!(
+            matches!(&layout, Layout::Copied(why) if why.contains("does not exist")),
+            "{layout:?}"
         );
     }
 

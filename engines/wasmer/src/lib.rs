@@ -348,6 +348,7 @@ impl Engine for WasmerEngine {
                 })?;
                 (module.as_slice(), Some(Arc::new(mapped)))
             }
+            Layout::Empty { module } => (module.as_slice(), None),
             Layout::Nothing | Layout::Copied(_) => (wasm, None),
         };
         let engine = self.compiling_engine()?;
