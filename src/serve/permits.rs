@@ -1,26 +1,31 @@
-//! Run permits: how many calls of one package compute at once (`hako serve --workers`, one
-//! per core by default). A call starts only with one of its package's permits, which it holds
-//! while it loads its module, instantiates and runs, gives up while a host call waits
-//! ([`RunGate`]: a sleep, the broker's answer) and takes again after, and gives back once its
-//! answer is sent. A package's calls that find every permit taken wait their turn in order of
-//! arrival, each package in a line of its own: one package's backlog never stands in front of
-//! another package's call. A call in line that has not started holds no thread: a permit given
-//! back starts it ([`Start`]), on the thread that gave it back when that one is done, so a
-//! package's calls run one after another on one thread while they queue.
+//! Run permits: how many calls compute at once. The server has `--workers` **run slots** (one
+//! per core by default), and each package as many **permits**: a call starts only with one of
+//! its package's permits and one of the server's slots, which it holds while it loads its
+//! module, instantiates and runs, gives up while a host call waits ([`RunGate`]: a sleep, the
+//! broker's answer) and takes again after, and gives back once its answer is sent.
 //!
-//! Permits are per package, not for the whole server, on purpose: the running calls of all
-//! packages share the cores through the kernel's scheduler, which time-slices them, so a call
-//! that computes until its limit holds back no other package's call for that long, and a
-//! package with many calls gets no more of the cores than its permits' worth while others
-//! compute too. What bounds the server as a whole is the bound on calls in flight
-//! ([`super::calls`]).
+//! A call that cannot have both waits in its package's line, in order of arrival; a slot given
+//! back goes to the packages with a call in line in turn (round robin over the packages whose
+//! permits allow one more), so one package's backlog never stands in front of another
+//! package's call, and packages with calls waiting share the slots evenly. A call in line that
+//! has not started holds no thread: the thread that gives a slot back starts it ([`Start`]),
+//! once done with its own call, so calls run one after another on few threads while they queue,
+//! whichever packages they are of.
+//!
+//! A call that computes for longer than [`QUANTUM`] holding a slot stops counting against the
+//! slots (it keeps its package's permit and goes on running, time-sliced by the kernel with the
+//! rest), so a call that computes until its limit holds back another call for a quantum at most,
+//! and the calls of one package compute on at most its permits' worth of threads. So quick calls
+//! of many packages run back to back on the cores, as one package's do, rather than all at once
+//! beside the front end's threads. What bounds the server as a whole is the bound on calls in
+//! flight ([`super::calls`]).
 //!
 //! This file does not admit or refuse calls, and it does not run them.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::sandbox::RunGate;
 
@@ -32,32 +37,18 @@ pub type Start = Box<dyn FnOnce(bool) + Send>;
 
 /// Where a call given to [`CallPermit::enter`] went.
 pub enum Place {
-    /// A permit was free: the call holds it, and is to be started now.
+    /// A permit and a slot were free: the call holds them, and is to be started now.
     Now(Start),
-    /// The call waits in its package's line, until a permit comes or its deadline passes.
+    /// The call waits in its package's line, until it is given both or its deadline passes.
     InLine,
 }
 
-/// How often calls whose time ran out in line are looked for, while any waits there.
-pub const SWEEP: std::time::Duration = std::time::Duration::from_millis(10);
+/// How often calls whose time ran out in line, and calls past their quantum, are looked for,
+/// while any call waits in line.
+pub const SWEEP: Duration = Duration::from_millis(10);
 
-/// The calls in line without a thread, for the sweep to know when to look.
-#[derive(Default)]
-struct InLine {
-    count: Mutex<usize>,
-    wake: Condvar,
-    stop: AtomicBool,
-}
-
-impl InLine {
-    fn add(&self, n: isize) {
-        let mut count = lock(&self.count);
-        *count = count.saturating_add_signed(n);
-        if n > 0 {
-            self.wake.notify_one();
-        }
-    }
-}
+/// How long a call computes holding a run slot before it stops counting against the slots.
+pub const QUANTUM: Duration = Duration::from_millis(10);
 
 /// How many calls are in each state now (the server's gauges).
 #[derive(Debug, Default)]
@@ -70,28 +61,36 @@ pub struct CallStates {
     pub queued: AtomicU64,
 }
 
-/// Every package's run permits.
+/// The server's run slots and every package's permits and line.
 pub struct RunPermits {
-    per_package: usize,
-    packages: Arc<Mutex<HashMap<String, Arc<PackagePermits>>>>,
+    board: Arc<Board>,
+    packages: Mutex<HashMap<String, PackageLine>>,
     states: Arc<CallStates>,
-    in_line: Arc<InLine>,
 }
 
 impl RunPermits {
-    /// `per_package` permits (at least one) for each package, and a thread that answers the
-    /// calls whose time runs out in line (every [`SWEEP`] while any waits there).
-    pub fn new(per_package: usize) -> Self {
+    /// `workers` run slots for the server and permits for each package (at least one), and a
+    /// thread that answers the calls whose time runs out in line and takes slots back from
+    /// calls past their quantum (every [`SWEEP`] while any call waits in line).
+    pub fn new(workers: usize) -> Self {
+        let workers = workers.max(1);
         let permits = Self {
-            per_package: per_package.max(1),
-            packages: Arc::default(),
+            board: Arc::new(Board {
+                per_package: workers,
+                slots: Mutex::new(Slots {
+                    free: workers,
+                    ..Slots::default()
+                }),
+                sweep: Condvar::new(),
+                stop: AtomicBool::new(false),
+            }),
+            packages: Mutex::default(),
             states: Arc::default(),
-            in_line: Arc::default(),
         };
-        let (packages, in_line) = (Arc::clone(&permits.packages), Arc::clone(&permits.in_line));
+        let board = Arc::clone(&permits.board);
         let swept = std::thread::Builder::new()
             .name("hako-line-sweep".into())
-            .spawn(move || sweep(&packages, &in_line));
+            .spawn(move || board.sweep());
         if let Err(err) = swept {
             tracing::error!(
                 "no thread for the calls' lines ({err}): a call waits in line until a permit comes"
@@ -100,9 +99,9 @@ impl RunPermits {
         permits
     }
 
-    /// How many calls of one package compute at once.
+    /// How many calls of one package compute at once, and how many run slots the server has.
     pub fn per_package(&self) -> usize {
-        self.per_package
+        self.board.per_package
     }
 
     /// How many calls are running, waiting and queued now.
@@ -114,15 +113,17 @@ impl RunPermits {
     /// that a call does not look them up by name.
     pub fn line(&self, package: &str) -> PackageLine {
         let mut packages = lock(&self.packages);
-        if let Some(permits) = packages.get(package) {
-            return PackageLine(Arc::clone(permits));
+        if let Some(line) = packages.get(package) {
+            return line.clone();
         }
-        let permits = Arc::new(PackagePermits::new(
-            self.per_package,
-            Arc::clone(&self.in_line),
-        ));
-        packages.insert(package.to_string(), Arc::clone(&permits));
-        PackageLine(permits)
+        let number = {
+            let mut slots = lock(&self.board.slots);
+            slots.lines.push(Line::default());
+            slots.lines.len() - 1
+        };
+        let line = PackageLine(number);
+        packages.insert(package.to_string(), line.clone());
+        line
     }
 
     /// A handle for one call of `package`, holding no permit yet.
@@ -133,8 +134,11 @@ impl RunPermits {
 
     /// A handle for one call in `line`, holding no permit yet.
     pub fn for_call_in(&self, line: &PackageLine) -> Arc<CallPermit> {
+        static CALLS: AtomicU64 = AtomicU64::new(0);
         Arc::new(CallPermit {
-            permits: Arc::clone(&line.0),
+            board: Arc::clone(&self.board),
+            line: line.0,
+            call: CALLS.fetch_add(1, Ordering::Relaxed),
             states: Arc::clone(&self.states),
             held: AtomicBool::new(false),
             queued_us: AtomicU64::new(0),
@@ -142,39 +146,220 @@ impl RunPermits {
     }
 }
 
-/// One package's permits and line ([`RunPermits::line`]).
+/// One package's place among the permits ([`RunPermits::line`]).
 #[derive(Clone)]
-pub struct PackageLine(Arc<PackagePermits>);
+pub struct PackageLine(usize);
 
 impl Drop for RunPermits {
     fn drop(&mut self) {
-        self.in_line.stop.store(true, Ordering::Release);
-        let _count = lock(&self.in_line.count);
-        self.in_line.wake.notify_all();
+        self.board.stop.store(true, Ordering::Release);
+        let _slots = lock(&self.board.slots);
+        self.board.sweep.notify_all();
     }
 }
 
-/// The sweep: while calls wait in line without a thread, every [`SWEEP`], those whose deadline
-/// has passed are taken out and set going without a permit (they answer `timeout`).
-fn sweep(packages: &Mutex<HashMap<String, Arc<PackagePermits>>>, in_line: &InLine) {
-    loop {
-        {
-            let mut count = lock(&in_line.count);
-            while *count == 0 && !in_line.stop.load(Ordering::Acquire) {
-                count = in_line.wake.wait(count).unwrap_or_else(|p| p.into_inner());
+/// The slots, the lines, and what wakes the sweep.
+struct Board {
+    per_package: usize,
+    slots: Mutex<Slots>,
+    /// Wakes the sweep when a call gets in line while none was.
+    sweep: Condvar,
+    stop: AtomicBool,
+}
+
+impl Board {
+    /// The sweep: while calls wait in line, every [`SWEEP`], those whose deadline has passed
+    /// are taken out and set going without a permit (they answer `timeout`), and the slots of
+    /// calls past their quantum go to calls in line.
+    fn sweep(&self) {
+        loop {
+            {
+                let mut slots = lock(&self.slots);
+                while slots.in_line == 0 && !self.stop.load(Ordering::Acquire) {
+                    slots = self.sweep.wait(slots).unwrap_or_else(|p| p.into_inner());
+                }
             }
-        }
-        if in_line.stop.load(Ordering::Acquire) {
-            return;
-        }
-        std::thread::sleep(SWEEP);
-        let lines: Vec<Arc<PackagePermits>> = lock(packages).values().cloned().collect();
-        let now = Instant::now();
-        for line in lines {
-            for start in line.take_expired(now) {
+            if self.stop.load(Ordering::Acquire) {
+                return;
+            }
+            std::thread::sleep(SWEEP);
+            let now = Instant::now();
+            let (expired, granted) = {
+                let mut slots = lock(&self.slots);
+                let expired = slots.take_expired(now);
+                slots.end_quanta(now);
+                (expired, slots.dispatch(self.per_package, now))
+            };
+            for start in expired {
                 start(false);
             }
+            for start in granted {
+                start_granted(start);
+            }
         }
+    }
+}
+
+/// What the lock guards: the free slots, each package's line, the packages whose turn comes.
+#[derive(Default)]
+struct Slots {
+    free: usize,
+    /// Every package's line, by the number its [`PackageLine`] holds.
+    lines: Vec<Line>,
+    /// The packages with a call in line that their permits allow, each once, in turn.
+    turns: VecDeque<usize>,
+    /// The calls holding a slot, and since when.
+    counted: Vec<(u64, Instant)>,
+    /// Calls in line, every package together.
+    in_line: usize,
+}
+
+/// One package's permits held and its line of calls waiting.
+#[derive(Default)]
+struct Line {
+    held: usize,
+    waiting: VecDeque<Waiter>,
+    /// In [`Slots::turns`] now.
+    has_turn: bool,
+}
+
+/// One place in a line.
+enum Waiter {
+    /// A call that started, waits on its thread to compute again.
+    Resume { call: u64, turn: Arc<Turn> },
+    /// A call that has not started, to answer `timeout` at `deadline`.
+    Start {
+        call: u64,
+        deadline: Instant,
+        start: Start,
+    },
+}
+
+/// A call's place in the line: a permit is handed to it directly when one is given back, so
+/// the first in line is the next to run, and only it is woken.
+#[derive(Default)]
+struct Turn {
+    granted: AtomicBool,
+    wake: Condvar,
+}
+
+impl Slots {
+    /// Gives `call` of `line` a permit and a slot if both are free and no call of its package
+    /// is in line before it. Where a slot is free, no package that can take one waits (each
+    /// change below hands free slots out), so a call never passes another package's.
+    fn take_now(&mut self, per_package: usize, line: usize, call: u64) -> bool {
+        let line_ = &mut self.lines[line];
+        if self.free == 0 || line_.held >= per_package || !line_.waiting.is_empty() {
+            return false;
+        }
+        line_.held += 1;
+        self.free -= 1;
+        self.counted.push((call, Instant::now()));
+        true
+    }
+
+    /// Puts `waiter` in `line`, and the package among those whose turn comes if its permits
+    /// allow one more.
+    fn queue(&mut self, per_package: usize, line: usize, waiter: Waiter) -> bool {
+        let was_empty = self.in_line == 0;
+        self.in_line += 1;
+        let line_ = &mut self.lines[line];
+        line_.waiting.push_back(waiter);
+        if line_.held < per_package && !line_.has_turn {
+            line_.has_turn = true;
+            self.turns.push_back(line);
+        }
+        was_empty
+    }
+
+    /// `call` of `line` gives its permit back, and its slot if it still counts.
+    fn give_back(&mut self, per_package: usize, line: usize, call: u64) {
+        if let Some(at) = self
+            .counted
+            .iter()
+            .position(|(counted, _)| *counted == call)
+        {
+            self.counted.swap_remove(at);
+            self.free += 1;
+        }
+        let line_ = &mut self.lines[line];
+        line_.held -= 1;
+        if !line_.waiting.is_empty() && line_.held < per_package && !line_.has_turn {
+            line_.has_turn = true;
+            self.turns.push_back(line);
+        }
+    }
+
+    /// Calls that have held their slot for a [`QUANTUM`] by `now` stop counting.
+    fn end_quanta(&mut self, now: Instant) {
+        let before = self.counted.len();
+        self.counted
+            .retain(|(_, since)| now.saturating_duration_since(*since) < QUANTUM);
+        self.free += before - self.counted.len();
+    }
+
+    /// Hands the free slots to the calls in line, one package's first call at a time, in
+    /// turn; wakes the calls that started and returns the ones that have not, to be started.
+    fn dispatch(&mut self, per_package: usize, now: Instant) -> Vec<Start> {
+        let mut starts = Vec::new();
+        while self.free > 0 {
+            let Some(number) = self.turns.pop_front() else {
+                break;
+            };
+            let line = &mut self.lines[number];
+            line.has_turn = false;
+            if line.held >= per_package {
+                continue;
+            }
+            let Some(waiter) = line.waiting.pop_front() else {
+                continue;
+            };
+            line.held += 1;
+            if !line.waiting.is_empty() && line.held < per_package {
+                line.has_turn = true;
+                self.turns.push_back(number);
+            }
+            self.free -= 1;
+            self.in_line -= 1;
+            match waiter {
+                Waiter::Resume { call, turn } => {
+                    self.counted.push((call, now));
+                    turn.granted.store(true, Ordering::Release);
+                    turn.wake.notify_one();
+                }
+                Waiter::Start { call, start, .. } => {
+                    self.counted.push((call, now));
+                    starts.push(start);
+                }
+            }
+        }
+        starts
+    }
+
+    /// Takes the calls that have not started and whose deadline has passed by `now` out of
+    /// line.
+    fn take_expired(&mut self, now: Instant) -> Vec<Start> {
+        let is_expired =
+            |waiter: &Waiter| matches!(waiter, Waiter::Start { deadline, .. } if *deadline <= now);
+        let mut expired = Vec::new();
+        for line in &mut self.lines {
+            // Most looks find nothing: the line is not rebuilt for them.
+            if !line.waiting.iter().any(is_expired) {
+                continue;
+            }
+            let mut kept = VecDeque::with_capacity(line.waiting.len());
+            for waiter in line.waiting.drain(..) {
+                match waiter {
+                    Waiter::Start {
+                        deadline, start, ..
+                    } if deadline <= now => expired.push(start),
+                    other => kept.push_back(other),
+                }
+            }
+            line.waiting = kept;
+        }
+        self.in_line -= expired.len();
+        expired
     }
 }
 
@@ -226,157 +411,40 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
-/// One package's permits and its line of calls waiting for one.
-struct PackagePermits {
-    limit: usize,
-    state: Mutex<Line>,
-    in_line: Arc<InLine>,
-}
-
-#[derive(Default)]
-struct Line {
-    held: usize,
-    waiting: VecDeque<Waiter>,
-}
-
-/// One place in a line.
-enum Waiter {
-    /// A call that started, waits on its thread to compute again.
-    Resume(Arc<Turn>),
-    /// A call that has not started, to answer `timeout` at `deadline`.
-    Start { deadline: Instant, start: Start },
-}
-
-/// A call's place in the line: a permit is handed to it directly when one is given back, so
-/// the first in line is the next to run, and only it is woken.
-#[derive(Default)]
-struct Turn {
-    granted: AtomicBool,
-    wake: Condvar,
-}
-
-impl PackagePermits {
-    fn new(limit: usize, in_line: Arc<InLine>) -> Self {
-        Self {
-            limit,
-            state: Mutex::default(),
-            in_line,
-        }
-    }
-
-    /// Gives `start` a permit if one is free and no call is in line before it, else puts it in
-    /// line until `deadline`.
-    fn enter(&self, start: Start, deadline: Instant) -> Place {
-        let mut line = lock(&self.state);
-        if line.held < self.limit && line.waiting.is_empty() {
-            line.held += 1;
-            return Place::Now(start);
-        }
-        line.waiting.push_back(Waiter::Start { deadline, start });
-        drop(line);
-        self.in_line.add(1);
-        Place::InLine
-    }
-
-    /// Takes the calls whose deadline has passed by `now` out of line.
-    fn take_expired(&self, now: Instant) -> Vec<Start> {
-        let mut line = lock(&self.state);
-        let is_expired =
-            |waiter: &Waiter| matches!(waiter, Waiter::Start { deadline, .. } if *deadline <= now);
-        // Most looks find nothing: the line is not rebuilt for them.
-        if !line.waiting.iter().any(is_expired) {
-            return Vec::new();
-        }
-        let mut expired = Vec::new();
-        let mut kept = VecDeque::with_capacity(line.waiting.len());
-        for waiter in line.waiting.drain(..) {
-            match waiter {
-                Waiter::Start { deadline, start } if deadline <= now => expired.push(start),
-                other => kept.push_back(other),
-            }
-        }
-        line.waiting = kept;
-        drop(line);
-        if !expired.is_empty() {
-            self.in_line.add(-(expired.len() as isize));
-        }
-        expired
-    }
-
-    /// Takes a permit, waiting in line for one until `until`; false when the time ran out
-    /// first (no permit is held then).
-    fn acquire(&self, until: Option<Instant>) -> bool {
-        let mut line = lock(&self.state);
-        if line.held < self.limit && line.waiting.is_empty() {
-            line.held += 1;
-            return true;
-        }
-        let turn = Arc::new(Turn::default());
-        line.waiting.push_back(Waiter::Resume(Arc::clone(&turn)));
-        loop {
-            if turn.granted.load(Ordering::Acquire) {
-                return true;
-            }
-            line = match until {
-                None => turn.wake.wait(line).unwrap_or_else(|p| p.into_inner()),
-                Some(until) => {
-                    let left = until.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        line.waiting.retain(|waiter| {
-                            !matches!(waiter, Waiter::Resume(waiting) if Arc::ptr_eq(waiting, &turn))
-                        });
-                        return false;
-                    }
-                    turn.wake
-                        .wait_timeout(line, left)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0
-                }
-            };
-        }
-    }
-
-    /// Gives a permit back: to the first call in line, if any; a call that has not started is
-    /// handed back, holding the permit, for the caller to start.
-    fn release(&self) -> Option<Start> {
-        let mut line = lock(&self.state);
-        match line.waiting.pop_front() {
-            Some(Waiter::Resume(next)) => {
-                next.granted.store(true, Ordering::Release);
-                next.wake.notify_one();
-                None
-            }
-            Some(Waiter::Start { start, .. }) => {
-                drop(line);
-                self.in_line.add(-1);
-                Some(start)
-            }
-            None => {
-                line.held -= 1;
-                None
-            }
-        }
-    }
-}
-
-/// One call's hold on its package's permits, given up while its host calls wait.
+/// One call's hold on a permit of its package and a slot, given up while its host calls wait.
 pub struct CallPermit {
-    permits: Arc<PackagePermits>,
+    board: Arc<Board>,
+    line: usize,
+    call: u64,
     states: Arc<CallStates>,
     held: AtomicBool,
     queued_us: AtomicU64,
 }
 
 impl CallPermit {
-    /// Gives the call (`start`, whose call begins with [`CallPermit::started`]) a permit now if
-    /// one is free, or puts it in line until `deadline`. Once per call, before it has started.
+    /// Gives the call (`start`, whose call begins with [`CallPermit::started`]) a permit and a
+    /// slot now if both are free, or puts it in line until `deadline`. Once per call, before it
+    /// has started.
     pub fn enter(&self, start: Start, deadline: Instant) -> Place {
         self.states.queued.fetch_add(1, Ordering::Relaxed);
-        self.permits.enter(start, deadline)
+        let board = &self.board;
+        let mut slots = lock(&board.slots);
+        if slots.take_now(board.per_package, self.line, self.call) {
+            return Place::Now(start);
+        }
+        let waiter = Waiter::Start {
+            call: self.call,
+            deadline,
+            start,
+        };
+        if slots.queue(board.per_package, self.line, waiter) {
+            board.sweep.notify_one();
+        }
+        Place::InLine
     }
 
     /// The call has started, after `queued` in line, holding a permit when `granted`.
-    pub fn started(&self, granted: bool, queued: std::time::Duration) {
+    pub fn started(&self, granted: bool, queued: Duration) {
         self.states.queued.fetch_sub(1, Ordering::Relaxed);
         self.queued_us
             .fetch_add(queued.as_micros() as u64, Ordering::Relaxed);
@@ -386,14 +454,15 @@ impl CallPermit {
         }
     }
 
-    /// Takes a permit, waiting in line until `until` at most; false when the time ran out.
+    /// Takes a permit and a slot, waiting in line until `until` at most; false when the time
+    /// ran out first (nothing is held then).
     pub fn acquire(&self, until: Option<Instant>) -> bool {
         if self.held.load(Ordering::Acquire) {
             return true;
         }
         let started = Instant::now();
         self.states.queued.fetch_add(1, Ordering::Relaxed);
-        let got = self.permits.acquire(until);
+        let got = self.wait_in_line(until);
         self.states.queued.fetch_sub(1, Ordering::Relaxed);
         self.queued_us
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -404,13 +473,60 @@ impl CallPermit {
         got
     }
 
-    /// Gives the permit back, if held: to the next call in line, which, if it has not started,
-    /// is set going now, holding it.
+    fn wait_in_line(&self, until: Option<Instant>) -> bool {
+        let board = &self.board;
+        let mut slots = lock(&board.slots);
+        if slots.take_now(board.per_package, self.line, self.call) {
+            return true;
+        }
+        let turn = Arc::new(Turn::default());
+        let waiter = Waiter::Resume {
+            call: self.call,
+            turn: Arc::clone(&turn),
+        };
+        if slots.queue(board.per_package, self.line, waiter) {
+            board.sweep.notify_one();
+        }
+        loop {
+            if turn.granted.load(Ordering::Acquire) {
+                return true;
+            }
+            slots = match until {
+                None => turn.wake.wait(slots).unwrap_or_else(|p| p.into_inner()),
+                Some(until) => {
+                    let left = until.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        let line = &mut slots.lines[self.line];
+                        let before = line.waiting.len();
+                        line.waiting.retain(|waiter| {
+                            !matches!(waiter, Waiter::Resume { turn: waiting, .. } if Arc::ptr_eq(waiting, &turn))
+                        });
+                        let gone = before - line.waiting.len();
+                        slots.in_line -= gone;
+                        return false;
+                    }
+                    turn.wake
+                        .wait_timeout(slots, left)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+            };
+        }
+    }
+
+    /// Gives the permit and the slot back, if held: to the calls in line, of which those that
+    /// have not started are set going now, holding them.
     pub fn release(&self) {
         if self.held.swap(false, Ordering::AcqRel) {
             self.states.running.fetch_sub(1, Ordering::Relaxed);
-            if let Some(next) = self.permits.release() {
-                start_granted(next);
+            let board = &self.board;
+            let granted = {
+                let mut slots = lock(&board.slots);
+                slots.give_back(board.per_package, self.line, self.call);
+                slots.dispatch(board.per_package, Instant::now())
+            };
+            for start in granted {
+                start_granted(start);
             }
         }
     }
@@ -480,15 +596,56 @@ mod tests {
     }
 
     #[test]
-    fn another_package_is_not_held_up_by_a_busy_one() {
+    fn a_call_past_its_quantum_lets_another_package_in_and_keeps_its_permit() {
         let permits = RunPermits::new(1);
         let busy = permits.for_call("busy");
         assert!(busy.acquire(None));
+        let asked = Instant::now();
         let quick = permits.for_call("quick");
         assert!(
-            quick.acquire(Some(Instant::now())),
-            "its own permits are free"
+            quick.acquire(Some(asked + Duration::from_secs(10))),
+            "the busy call's quantum ends"
         );
+        assert!(asked.elapsed() >= QUANTUM, "{:?}", asked.elapsed());
+        assert_eq!(permits.states().running.load(Ordering::Relaxed), 2);
+        // The busy call still holds its package's one permit: another call of that package
+        // waits, though no slot is counted against it.
+        quick.release();
+        let more = permits.for_call("busy");
+        assert!(!more.acquire(Some(Instant::now() + 3 * SWEEP)));
+        busy.release();
+        assert!(more.acquire(Some(Instant::now())));
+    }
+
+    #[test]
+    fn slots_go_to_the_packages_in_line_in_turn() {
+        let permits = RunPermits::new(1);
+        let far = Instant::now() + Duration::from_secs(3600);
+        let first = permits.for_call("z");
+        assert!(first.acquire(None));
+        let (tell, told) = channel();
+        let mut calls = HashMap::new();
+        for name in ["a1", "a2", "a3", "b1", "b2", "c1"] {
+            let call = permits.for_call(&name[..1]);
+            let tell = tell.clone();
+            let start: Start = Box::new(move |granted| tell.send((name, granted)).unwrap());
+            assert!(matches!(call.enter(start, far), Place::InLine));
+            calls.insert(name, call);
+        }
+        first.release();
+        let mut order = Vec::new();
+        while let Ok((name, granted)) = told.try_recv() {
+            assert!(granted);
+            order.push(name);
+            let call = &calls[name];
+            call.started(true, Duration::ZERO);
+            call.release();
+        }
+        // Not in order of arrival (a1, a2, a3, b1, …): a package's backlog does not stand in
+        // front of the others.
+        assert_eq!(order, ["a1", "b1", "c1", "a2", "b2", "a3"]);
+        assert_eq!(permits.states().running.load(Ordering::Relaxed), 0);
+        assert_eq!(permits.states().queued.load(Ordering::Relaxed), 0);
     }
 
     #[test]
