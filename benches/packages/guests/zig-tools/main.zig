@@ -13,16 +13,24 @@ const protocol = "2026-07-28";
 extern "subako_http" fn request(ptr: [*]const u8, len: i32) i32;
 extern "subako_http" fn read_response(ptr: [*]u8, len: i32) i32;
 
-const tools =
-    \\[{"name":"inspect","description":"Parse a JSON document and count what it holds.",
+/// The tools, as `tools/list` answers them (one line: a newline would end the answer).
+const tools = "[" ++
+    \\{"name":"inspect","description":"Parse a JSON document and count what it holds.",
+++
     \\"inputSchema":{"type":"object","properties":{"json":{"type":"string"}},"required":["json"]}},
+++
     \\{"name":"digest","description":"SHA-256 of a text, hashed again `rounds` times.",
+++
     \\"inputSchema":{"type":"object","properties":{"text":{"type":"string"},"rounds":{"type":"integer"}},"required":["text"]}},
+++
     \\{"name":"words","description":"The words of a text, sorted by count then name.",
+++
     \\"inputSchema":{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}},
+++
     \\{"name":"fetch","description":"GET a URL through the host and tell its status and length.",
-    \\"inputSchema":{"type":"object","properties":{"url":{"type":"string"}},"required":["url"]}}]
-;
+++
+    \\"inputSchema":{"type":"object","properties":{"url":{"type":"string"}},"required":["url"]}}
+++ "]";
 
 pub fn main() void {
     var line: std.ArrayList(u8) = .empty;
