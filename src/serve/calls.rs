@@ -581,7 +581,7 @@ fn waited_past_limit(limits: Limits) -> CallOutcome {
         crash: Crash::new(
             CrashKind::Timeout,
             format!(
-                "the call waited for its package's other calls past its time limit of {} ms",
+                "the call waited in line for a run slot past its time limit of {} ms",
                 limits.timeout.as_millis()
             ),
         ),

@@ -167,7 +167,7 @@ fn a_call_waiting_in_its_packages_line_past_its_limit_ends_as_timeout() {
         late["crash"]["message"]
             .as_str()
             .unwrap()
-            .contains("waited for its package's other calls past its time limit of 200 ms"),
+            .contains("waited in line for a run slot past its time limit of 200 ms"),
         "{late}"
     );
     assert_eq!(
