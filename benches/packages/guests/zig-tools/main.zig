@@ -180,15 +180,7 @@ fn call(gpa: std.mem.Allocator, s: *Stringify, name: []const u8, arguments: ?std
         return failed(s, try std.fmt.allocPrint(gpa, "no tool named {s}", .{name}));
     }
     try s.beginObject();
-    try s.objectField("content");
-    try s.beginArray();
-    try s.beginObject();
-    try s.objectField("type");
-    try s.write("text");
-    try s.objectField("text");
-    try s.write(value.written());
-    try s.endObject();
-    try s.endArray();
+    try textContent(s, value.written());
     try s.objectField("structuredContent");
     try s.print("{s}", .{value.written()});
     try s.endObject();
@@ -196,18 +188,23 @@ fn call(gpa: std.mem.Allocator, s: *Stringify, name: []const u8, arguments: ?std
 
 fn failed(s: *Stringify, message: []const u8) !void {
     try s.beginObject();
+    try textContent(s, message);
+    try s.objectField("isError");
+    try s.write(true);
+    try s.endObject();
+}
+
+/// A result's `content` field: one text block.
+fn textContent(s: *Stringify, text: []const u8) !void {
     try s.objectField("content");
     try s.beginArray();
     try s.beginObject();
     try s.objectField("type");
     try s.write("text");
     try s.objectField("text");
-    try s.write(message);
+    try s.write(text);
     try s.endObject();
     try s.endArray();
-    try s.objectField("isError");
-    try s.write(true);
-    try s.endObject();
 }
 
 /// What a JSON document holds, by kind.
