@@ -29,6 +29,10 @@
 //! size, modification and change times. Anything that writes to the file changes its times and
 //! makes the next load verify it again; hako itself never changes an artifact in place (it
 //! writes a new one and renames it), so a file mapped by a loaded module keeps its bytes.
+//! Across processes, a file once hashed has a record beside it (`NAME.verified`, [`Record`]):
+//! its device, inode, size and times then, and the checksums its header gave; a process whose
+//! file and header match the record in every field loads it without hashing it again (a fresh
+//! `hako call` of a 9.5 MB artifact spent most of its time reading and hashing it).
 //!
 //! It does not decide which compiler to use, and keeps no modules in memory (see `modules`).
 
@@ -249,6 +253,8 @@ impl ArtifactCache {
             let path = self.dir.join(name);
             if !origin_path(&path).exists() {
                 fs::remove_file(&path)?;
+                // Its record is of a file that is gone: it would vouch for nothing.
+                let _ = fs::remove_file(record_path(&path));
                 dropped += 1;
             }
         }
@@ -396,9 +402,16 @@ impl ArtifactCache {
             path: path.clone(),
             reason,
         };
-        let layout = read_verified(&file, &metadata, key, &self.verified)
-            .map_err(read_error)?
-            .map_err(refused)?;
+        let record = record_path(&path);
+        let layout = read_verified(
+            &file,
+            &metadata,
+            key,
+            &self.verified,
+            Some((&record, &self.staging)),
+        )
+        .map_err(read_error)?
+        .map_err(refused)?;
         // SAFETY: the cache directory is trusted (`open_trusted`'s contract), and the code and
         // image are exactly what `write` stored for this engine identity and module: the
         // header names this identity and module, the layout matches the file, and both
@@ -434,13 +447,15 @@ pub fn is_artifact_file_name(name: &str) -> bool {
 
 /// Where the code and image of the artifact `file` for `key` lie, once its header matches
 /// `key`, its layout matches the file and its checksums match the header (or the very same file
-/// was verified before, as `verified` remembers); or why not.
-/// `metadata` is the open file's own.
+/// was verified before, as `verified` remembers, or by another process, as its `record` says);
+/// or why not. `metadata` is the open file's own; `record`, where the file's record is kept
+/// ([`record_path`]) and the staging folder it is written through, when there is one.
 fn read_verified(
     file: &fs::File,
     metadata: &fs::Metadata,
     key: &ArtifactKey,
     verified: &Verified,
+    record: Option<(&Path, &Staging)>,
 ) -> std::io::Result<Result<Layout, String>> {
     let (header, header_start) = match read_header(file, metadata.len())? {
         Ok(found) => found,
@@ -451,7 +466,11 @@ fn read_verified(
         Err(reason) => return Ok(Err(reason)),
     };
     let identity = FileIdentity::of(metadata);
-    if !verified.holds(&identity) {
+    if verified.holds(&identity) {
+        return Ok(Ok(layout));
+    }
+    let vouched = Record::of(identity, &header);
+    if !record.is_some_and(|(path, _)| Record::read(path).as_ref() == Some(&vouched)) {
         if checksum_range(file, 0, layout.code_len)? != header.code_xxh3 {
             return Ok(Err("the code's checksum does not match its header".into()));
         }
@@ -462,9 +481,67 @@ fn read_verified(
                 ));
             }
         }
-        verified.insert(identity, file.try_clone()?);
+        if let Some((path, staging)) = record {
+            // Only the next process's hashing rests on it: a record not written costs that.
+            if let Err(err) = vouched.write(path, staging) {
+                tracing::debug!("writing {}: {err}", path.display());
+            }
+        }
     }
+    verified.insert(identity, file.try_clone()?);
     Ok(Ok(layout))
+}
+
+/// The format of [`Record`]s this host writes and believes.
+const RECORD_FORMAT: u32 = 1;
+
+/// What a process that verified an artifact file keeps beside it (`NAME.verified`), so that
+/// the next process need not hash it again: the file's identity when it was verified, and the
+/// checksums its header gave. A load believes a record only when every field is what the open
+/// file and its header say now: any write to the file changes its times (the change time
+/// cannot be set from user space), a file put in its place by a rename is another inode, and
+/// the record lives in the same trusted folder as the artifact. What it cannot tell is damage
+/// to the file's blocks that bypasses the kernel (a failing disk) after the first verification,
+/// which only the file system's own checksums catch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Record {
+    hako_verified: u32,
+    dev: u64,
+    ino: u64,
+    size: u64,
+    modified: (i64, i64),
+    changed: (i64, i64),
+    code_xxh3: String,
+    image_xxh3: Option<String>,
+}
+
+impl Record {
+    fn of(identity: FileIdentity, header: &Header) -> Self {
+        Self {
+            hako_verified: RECORD_FORMAT,
+            dev: identity.dev,
+            ino: identity.ino,
+            size: identity.size,
+            modified: identity.modified,
+            changed: identity.changed,
+            code_xxh3: header.code_xxh3.clone(),
+            image_xxh3: header.image.as_ref().map(|image| image.xxh3.clone()),
+        }
+    }
+
+    /// The record at `path`; `None` when there is none or it is not one (it is then ignored,
+    /// and overwritten after the next hashing).
+    fn read(path: &Path) -> Option<Record> {
+        let bytes = fs::read(path).ok()?;
+        serde_json::from_slice::<Record>(&bytes)
+            .ok()
+            .filter(|record| record.hako_verified == RECORD_FORMAT)
+    }
+
+    fn write(&self, path: &Path, staging: &Staging) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec(self).expect("records always serialize");
+        write_atomically(path, &bytes, staging)
+    }
 }
 
 /// The bytes of an artifact file for `key` holding `serialized`.
@@ -649,6 +726,13 @@ fn checksum(payload: &[u8]) -> String {
     format!("{:032x}", xxhash_rust::xxh3::xxh3_128(payload))
 }
 
+/// Where the record of the artifact at `path` having been verified is kept ([`Record`]).
+fn record_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".verified");
+    PathBuf::from(name)
+}
+
 /// Where the origin of the artifact at `path` is kept.
 fn origin_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
@@ -733,7 +817,14 @@ mod tests {
     fn verify(bytes: &[u8], key: &ArtifactKey) -> Result<Layout, String> {
         let mut file = tempfile::tempfile().unwrap();
         file.write_all(bytes).unwrap();
-        read_verified(&file, &file.metadata().unwrap(), key, &Verified::default()).unwrap()
+        read_verified(
+            &file,
+            &file.metadata().unwrap(),
+            key,
+            &Verified::default(),
+            None,
+        )
+        .unwrap()
     }
 
     /// `bytes` with its header replaced by what `change` makes of it.
@@ -791,7 +882,7 @@ mod tests {
         let mut file = tempfile::tempfile().unwrap();
         file.write_all(&encoded(&key, 2)).unwrap();
         let verify =
-            |file: &fs::File| read_verified(file, &file.metadata().unwrap(), &key, &verified);
+            |file: &fs::File| read_verified(file, &file.metadata().unwrap(), &key, &verified, None);
         assert!(verify(&file).unwrap().is_ok());
         // The same bytes but one, written in place: the file's times change with the write,
         // however soon it follows (a sleep makes that so on file systems of coarse clocks).
@@ -799,6 +890,94 @@ mod tests {
         file.write_all_at(&[0], IMAGE_ALIGN + 5).unwrap();
         let err = verify(&file).unwrap().unwrap_err();
         assert!(err.contains("memory image's checksum"), "{err}");
+    }
+
+    /// An artifact file holding `bytes` in a store folder of its own; verifies it as a fresh
+    /// process would, with its record kept beside it.
+    struct Stored {
+        _dir: tempfile::TempDir,
+        path: PathBuf,
+        staging: Staging,
+    }
+
+    impl Stored {
+        fn new(bytes: &[u8]) -> Stored {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("cranelift-0.artifact");
+            fs::write(&path, bytes).unwrap();
+            let staging = Staging::new(dir.path());
+            Stored {
+                _dir: dir,
+                path,
+                staging,
+            }
+        }
+
+        fn verify(&self, key: &ArtifactKey) -> Result<Layout, String> {
+            let file = fs::File::open(&self.path).unwrap();
+            let record = record_path(&self.path);
+            read_verified(
+                &file,
+                &file.metadata().unwrap(),
+                key,
+                &Verified::default(),
+                Some((&record, &self.staging)),
+            )
+            .unwrap()
+        }
+
+        /// One byte of the image changed in place (the file's times change with it).
+        fn damage(&self) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let file = fs::OpenOptions::new().write(true).open(&self.path).unwrap();
+            file.write_all_at(&[0], IMAGE_ALIGN + 5).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_record_beside_a_verified_file_spares_the_next_process_its_hashing() {
+        let key = key();
+        let stored = Stored::new(&encoded(&key, 2));
+        assert!(stored.verify(&key).is_ok());
+        let record = Record::read(&record_path(&stored.path)).expect("a record was written");
+        assert_eq!(record.code_xxh3.len(), 32);
+        // Damaged in place: the record names the file as it was, so it is hashed again.
+        stored.damage();
+        let err = stored.verify(&key).unwrap_err();
+        assert!(err.contains("memory image's checksum"), "{err}");
+        // A record that names the file as it is now is believed, and nothing is hashed: the
+        // damage goes unseen (which is why only hako writes in the folder of its records).
+        let file = fs::File::open(&stored.path).unwrap();
+        let (header, _) = read_header(&file, file.metadata().unwrap().len())
+            .unwrap()
+            .unwrap();
+        Record::of(FileIdentity::of(&file.metadata().unwrap()), &header)
+            .write(&record_path(&stored.path), &stored.staging)
+            .unwrap();
+        assert!(stored.verify(&key).is_ok());
+    }
+
+    #[test]
+    fn a_record_that_is_not_one_is_ignored() {
+        let key = key();
+        let stored = Stored::new(&encoded(&key, 2));
+        stored.damage();
+        for text in ["", "{", r#"{"hako_verified": 1}"#] {
+            fs::write(record_path(&stored.path), text).unwrap();
+            let err = stored.verify(&key).unwrap_err();
+            assert!(err.contains("memory image's checksum"), "{text:?}: {err}");
+        }
+        // Another format's, with this file's identity and checksums: not believed either.
+        let file = fs::File::open(&stored.path).unwrap();
+        let (header, _) = read_header(&file, file.metadata().unwrap().len())
+            .unwrap()
+            .unwrap();
+        let mut record = Record::of(FileIdentity::of(&file.metadata().unwrap()), &header);
+        record.hako_verified = RECORD_FORMAT + 1;
+        record
+            .write(&record_path(&stored.path), &stored.staging)
+            .unwrap();
+        assert!(stored.verify(&key).is_err());
     }
 
     #[test]

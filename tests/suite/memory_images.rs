@@ -215,6 +215,7 @@ fn artifacts(store: &Path) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(store.join("artifacts"))
         .unwrap()
         .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "artifact"))
         .collect();
     found.sort();
     found
