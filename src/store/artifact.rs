@@ -29,7 +29,7 @@
 //! size, modification and change times. Anything that writes to the file changes its times and
 //! makes the next load verify it again; hako itself never changes an artifact in place (it
 //! writes a new one and renames it), so a file mapped by a loaded module keeps its bytes.
-//! Across processes, a file once hashed has a record beside it (`NAME.verified`, [`Record`]):
+//! Across processes, a file once hashed has a record beside it (`NAME.verified`, `Record`):
 //! its device, inode, size and times then, and the checksums its header gave; a process whose
 //! file and header match the record in every field loads it without hashing it again (a fresh
 //! `hako call` of a 9.5 MB artifact spent most of its time reading and hashing it).
