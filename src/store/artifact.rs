@@ -492,6 +492,9 @@ fn read_verified(
     Ok(Ok(layout))
 }
 
+/// The longest record a load reads ([`Record`]); a longer file is ignored.
+const MAX_RECORD: u64 = 4 << 10;
+
 /// The format of [`Record`]s this host writes and believes.
 const RECORD_FORMAT: u32 = 1;
 
@@ -532,7 +535,17 @@ impl Record {
     /// The record at `path`; `None` when there is none or it is not one (it is then ignored,
     /// and overwritten after the next hashing).
     fn read(path: &Path) -> Option<Record> {
-        let bytes = fs::read(path).ok()?;
+        use std::io::Read;
+        // A record is a few hundred bytes; whatever is longer is not one, and is not read whole.
+        let mut bytes = Vec::new();
+        fs::File::open(path)
+            .ok()?
+            .take(MAX_RECORD + 1)
+            .read_to_end(&mut bytes)
+            .ok()?;
+        if bytes.len() as u64 > MAX_RECORD {
+            return None;
+        }
         serde_json::from_slice::<Record>(&bytes)
             .ok()
             .filter(|record| record.hako_verified == RECORD_FORMAT)
@@ -926,6 +939,20 @@ mod tests {
             .unwrap()
         }
 
+        /// A record that vouches for the file as it is now, with its header's checksums.
+        fn record_as_it_is(&self) -> Record {
+            let file = fs::File::open(&self.path).unwrap();
+            let metadata = file.metadata().unwrap();
+            let (header, _) = read_header(&file, metadata.len()).unwrap().unwrap();
+            Record::of(FileIdentity::of(&metadata), &header)
+        }
+
+        fn write_record(&self, record: Record) {
+            record
+                .write(&record_path(&self.path), &self.staging)
+                .unwrap();
+        }
+
         /// One byte of the image changed in place (the file's times change with it).
         fn damage(&self) {
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -947,13 +974,7 @@ mod tests {
         assert!(err.contains("memory image's checksum"), "{err}");
         // A record that names the file as it is now is believed, and nothing is hashed: the
         // damage goes unseen (which is why only hako writes in the folder of its records).
-        let file = fs::File::open(&stored.path).unwrap();
-        let (header, _) = read_header(&file, file.metadata().unwrap().len())
-            .unwrap()
-            .unwrap();
-        Record::of(FileIdentity::of(&file.metadata().unwrap()), &header)
-            .write(&record_path(&stored.path), &stored.staging)
-            .unwrap();
+        stored.write_record(stored.record_as_it_is());
         assert!(stored.verify(&key).is_ok());
     }
 
@@ -967,16 +988,15 @@ mod tests {
             let err = stored.verify(&key).unwrap_err();
             assert!(err.contains("memory image's checksum"), "{text:?}: {err}");
         }
-        // Another format's, with this file's identity and checksums: not believed either.
-        let file = fs::File::open(&stored.path).unwrap();
-        let (header, _) = read_header(&file, file.metadata().unwrap().len())
-            .unwrap()
-            .unwrap();
-        let mut record = Record::of(FileIdentity::of(&file.metadata().unwrap()), &header);
+        // Another format's, or one padded past the bound, with this file's identity and
+        // checksums: not believed either.
+        let mut record = stored.record_as_it_is();
         record.hako_verified = RECORD_FORMAT + 1;
-        record
-            .write(&record_path(&stored.path), &stored.staging)
-            .unwrap();
+        stored.write_record(record);
+        assert!(stored.verify(&key).is_err());
+        let padded = serde_json::to_string(&stored.record_as_it_is()).unwrap()
+            + &" ".repeat(MAX_RECORD as usize);
+        fs::write(record_path(&stored.path), padded).unwrap();
         assert!(stored.verify(&key).is_err());
     }
 
