@@ -167,9 +167,7 @@ struct CallHost<S: Stdio> {
 impl<S: Stdio + 'static> Host for CallHost<S> {
     fn call(&mut self, import: Import, args: &[u64], memory: &mut [u8]) -> Result<i32, Stop> {
         match import {
-            Import::HttpRequest | Import::HttpReadResponse => {
-                Ok(self.http.call(import, args, memory))
-            }
+            Import::HttpRequest | Import::HttpReadResponse => self.http.call(import, args, memory),
             _ => self.wasi.call(import, args, memory),
         }
     }

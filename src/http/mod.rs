@@ -37,7 +37,7 @@ mod url;
 use std::sync::Arc;
 use std::time::Instant;
 
-use hako_engine_api::Import;
+use hako_engine_api::{Import, Stop};
 
 use crate::sandbox::{Cancel, Waits, WriteBudget};
 
@@ -142,8 +142,25 @@ impl HttpImports {
 
     /// Routes an import from the engine-neutral host. `args` are the two `i32` arguments,
     /// zero-extended. Anything but the two HTTP imports with two arguments is a routing
-    /// mistake of the host, never a guest's doing, and answers `-1`.
-    pub fn call(&mut self, import: Import, args: &[u64], memory: &mut [u8]) -> i32 {
+    /// mistake of the host, never a guest's doing, and answers `-1`. Once the call's cancel
+    /// flag is set (its deadline passed), either import ends the run ([`Stop::Abort`]) before
+    /// it reads anything.
+    pub fn call(&mut self, import: Import, args: &[u64], memory: &mut [u8]) -> Result<i32, Stop> {
+        // An engine's deadline checks sit at function entries and loop headers, and a host
+        // function has neither: straight-line code can make thousands of requests, each
+        // scanning up to 8 MiB, between two checks. So each request looks at the flag itself.
+        if self
+            .ctx
+            .cancel
+            .as_ref()
+            .is_some_and(|cancel| cancel.is_cancelled())
+        {
+            return Err(Stop::Abort);
+        }
+        Ok(self.route(import, args, memory))
+    }
+
+    fn route(&mut self, import: Import, args: &[u64], memory: &mut [u8]) -> i32 {
         let &[ptr, len] = args else {
             tracing::error!(
                 ?import,
@@ -403,25 +420,60 @@ mod tests {
         let mut http = imports(policy(""), Arc::new(NoBroker));
         let mut memory = vec![0u8; 1024];
         memory[..2].copy_from_slice(b"{}");
-        let len = http.call(Import::HttpRequest, &[0, 2], &mut memory);
+        let len = http
+            .call(Import::HttpRequest, &[0, 2], &mut memory)
+            .unwrap();
         assert!(len > 0);
         assert_eq!(
             http.call(Import::HttpReadResponse, &[512, len as u64], &mut memory),
-            0
+            Ok(0)
         );
         let answer: Value = serde_json::from_slice(&memory[512..512 + len as usize]).unwrap();
         assert_eq!(error_kind(&answer), "invalid_request");
         assert_eq!(
             http.call(Import::HttpReadResponse, &[0, 0], &mut memory),
-            NO_ANSWER
+            Ok(NO_ANSWER)
         );
         assert_eq!(
             http.call(Import::FdWrite, &[0, 0], &mut memory),
-            OUT_OF_RANGE
+            Ok(OUT_OF_RANGE)
         );
         assert_eq!(
             http.call(Import::HttpRequest, &[0], &mut memory),
-            OUT_OF_RANGE
+            Ok(OUT_OF_RANGE)
+        );
+    }
+
+    #[test]
+    fn once_cancelled_either_import_ends_the_run_and_holds_nothing() {
+        let recorder = Arc::new(Recorder::default());
+        let cancel = Arc::new(Cancel::new());
+        let mut http = imports(policy(ALLOW_A), recorder.clone()).with_cancel(Arc::clone(&cancel));
+        let mut memory = vec![0u8; 1024];
+        let request = br#"{"url":"https://a.example/"}"#;
+        memory[..request.len()].copy_from_slice(request);
+        let len = http
+            .call(Import::HttpRequest, &[0, request.len() as u64], &mut memory)
+            .unwrap();
+        cancel.cancel();
+        let args = [0, request.len() as u64];
+        assert_eq!(
+            http.call(Import::HttpRequest, &args, &mut memory),
+            Err(Stop::Abort)
+        );
+        let args = [512, len as u64];
+        assert_eq!(
+            http.call(Import::HttpReadResponse, &args, &mut memory),
+            Err(Stop::Abort)
+        );
+        assert_eq!(
+            recorder.sent.lock().unwrap().len(),
+            1,
+            "one request reached the broker"
+        );
+        assert!(
+            memory[512..].iter().all(|&byte| byte == 0),
+            "nothing was read back"
         );
     }
 

@@ -215,6 +215,27 @@ fn straight_line_table_fills_copies_and_inits_are_stopped_by_their_deadline() {
 }
 
 #[test]
+fn straight_line_http_requests_are_stopped_by_their_deadline() {
+    // Each request of 8 MiB is scanned whole before it is refused as not JSON: milliseconds
+    // of host code. A run of them with no loop and no call of the guest's own passes no
+    // check of an engine's; only each request's own look at the deadline can stop it.
+    let pages = CAP >> 16;
+    let run = format!(
+        "(drop (call $request (i32.const 0) (i32.const {})))",
+        8 << 20
+    )
+    .repeat(STRAIGHT_MEMORY);
+    let wasm = wat::parse_str(format!(
+        r#"(module
+             (import "subako_http" "request" (func $request (param i32 i32) (result i32)))
+             (memory (export "memory") {pages})
+             (func (export "_start") {run}))"#
+    ))
+    .unwrap();
+    stops_in_time("straight-line subako_http.request", wasm);
+}
+
+#[test]
 fn a_bulk_loop_in_a_start_function_is_stopped_by_its_deadline() {
     let pages = CAP >> 16;
     let wasm = wat::parse_str(format!(
