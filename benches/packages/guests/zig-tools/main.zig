@@ -4,16 +4,15 @@
 //! and the WASI calls it binds.
 
 const std = @import("std");
-const wasi = std.os.wasi;
-const Stringify = std.json.Stringify;
-const Writer = std.Io.Writer;
-
-const protocol = "2026-07-28";
+const mcp = @import("mcp.zig");
+const Stringify = mcp.Stringify;
+const Writer = mcp.Writer;
+const stringField = mcp.stringField;
 
 extern "subako_http" fn request(ptr: [*]const u8, len: i32) i32;
 extern "subako_http" fn read_response(ptr: [*]u8, len: i32) i32;
 
-/// The tools, as `tools/list` answers them (one line: a newline would end the answer).
+/// The tools, as `tools/list` answers them.
 const tools = "[" ++
     \\{"name":"inspect","description":"Parse a JSON document and count what it holds.",
 ++
@@ -33,110 +32,15 @@ const tools = "[" ++
 ++ "]";
 
 pub fn main() void {
-    var line: std.ArrayList(u8) = .empty;
-    var chunk: [64 * 1024]u8 = undefined;
-    while (true) {
-        const n = readStdin(&chunk);
-        var rest = chunk[0..n];
-        while (std.mem.indexOfScalar(u8, rest, '\n')) |end| {
-            line.appendSlice(std.heap.wasm_allocator, rest[0..end]) catch return;
-            serve(line.items);
-            line.clearRetainingCapacity();
-            rest = rest[end + 1 ..];
-        }
-        line.appendSlice(std.heap.wasm_allocator, rest) catch return;
-        if (n == 0) {
-            serve(line.items);
-            return;
-        }
-    }
+    mcp.run(.{ .list = tools, .call = call });
 }
 
-/// Up to `buffer.len` bytes of stdin; 0 at its end (or on an error).
-fn readStdin(buffer: []u8) usize {
-    const iov = [_]wasi.iovec_t{.{ .base = buffer.ptr, .len = buffer.len }};
-    var n: usize = 0;
-    if (wasi.fd_read(0, &iov, 1, &n) != .SUCCESS) return 0;
-    return n;
-}
-
-fn writeStdout(bytes: []const u8) void {
-    var rest = bytes;
-    while (rest.len > 0) {
-        const iov = [_]wasi.ciovec_t{.{ .base = rest.ptr, .len = rest.len }};
-        var n: usize = 0;
-        if (wasi.fd_write(1, &iov, 1, &n) != .SUCCESS or n == 0) return;
-        rest = rest[n..];
-    }
-}
-
-/// Answers one request line, if it is a request with an id; each with an arena of its own.
-fn serve(line: []const u8) void {
-    if (std.mem.trim(u8, line, " \t\r").len == 0) return;
-    var arena = std.heap.ArenaAllocator.init(std.heap.wasm_allocator);
-    defer arena.deinit();
-    const answer = handle(arena.allocator(), line) catch return orelse return;
-    writeStdout(answer);
-    writeStdout("\n");
-}
-
-fn handle(gpa: std.mem.Allocator, line: []const u8) !?[]const u8 {
-    const parsed = std.json.parseFromSliceLeaky(std.json.Value, gpa, line, .{}) catch return null;
-    if (parsed != .object) return null;
-    const id = parsed.object.get("id") orelse return null;
-    if (id == .null) return null;
-    const method = stringField(parsed.object, "method") orelse "";
-    var out: Writer.Allocating = .init(gpa);
-    var s: Stringify = .{ .writer = &out.writer };
-    try s.beginObject();
-    try s.objectField("jsonrpc");
-    try s.write("2.0");
-    try s.objectField("id");
-    try s.write(id);
-    if (std.mem.eql(u8, method, "server/discover")) {
-        try s.objectField("result");
-        try s.print("{{\"supportedVersions\":[\"{s}\"],\"capabilities\":{{\"tools\":{{}}}}}}", .{protocol});
-    } else if (std.mem.eql(u8, method, "tools/list")) {
-        try s.objectField("result");
-        try s.print("{{\"tools\":{s}}}", .{tools});
-    } else if (std.mem.eql(u8, method, "tools/call")) {
-        const params = objectField(parsed.object, "params");
-        const name = if (params) |p| stringField(p, "name") orelse "" else "";
-        const arguments = if (params) |p| objectField(p, "arguments") else null;
-        try s.objectField("result");
-        try call(gpa, &s, name, arguments);
-    } else {
-        try s.objectField("error");
-        try s.beginObject();
-        try s.objectField("code");
-        try s.write(-32601);
-        try s.objectField("message");
-        try s.write(try std.fmt.allocPrint(gpa, "no method {s}", .{method}));
-        try s.endObject();
-    }
-    try s.endObject();
-    return out.written();
-}
-
-fn objectField(object: std.json.ObjectMap, name: []const u8) ?std.json.ObjectMap {
-    const found = object.get(name) orelse return null;
-    return if (found == .object) found.object else null;
-}
-
-fn stringField(object: std.json.ObjectMap, name: []const u8) ?[]const u8 {
-    const found = object.get(name) orelse return null;
-    return if (found == .string) found.string else null;
-}
-
-/// Writes a tool's result: its value as text and as structured content, or an error.
-fn call(gpa: std.mem.Allocator, s: *Stringify, name: []const u8, arguments: ?std.json.ObjectMap) !void {
-    const args = arguments orelse return failed(s, "the arguments are not an object");
-    var value: Writer.Allocating = .init(gpa);
-    var v: Stringify = .{ .writer = &value.writer };
+/// Writes the value of tool `name` into `v`, or answers why it failed.
+fn call(gpa: std.mem.Allocator, v: *Stringify, name: []const u8, args: std.json.ObjectMap) !?[]const u8 {
     if (std.mem.eql(u8, name, "inspect")) {
-        const text = stringField(args, "json") orelse return failed(s, "json is not a string");
+        const text = stringField(args, "json") orelse return "json is not a string";
         const doc = std.json.parseFromSliceLeaky(std.json.Value, gpa, text, .{}) catch
-            return failed(s, "json does not parse");
+            return "json does not parse";
         var counts = Counts{};
         const depth = counts.walk(doc, 1);
         try v.beginObject();
@@ -153,7 +57,7 @@ fn call(gpa: std.mem.Allocator, s: *Stringify, name: []const u8, arguments: ?std
         try v.write(depth);
         try v.endObject();
     } else if (std.mem.eql(u8, name, "digest")) {
-        const text = stringField(args, "text") orelse return failed(s, "text is not a string");
+        const text = stringField(args, "text") orelse return "text is not a string";
         var rounds: i64 = 0;
         if (args.get("rounds")) |r| {
             if (r == .integer) rounds = r.integer;
@@ -170,41 +74,16 @@ fn call(gpa: std.mem.Allocator, s: *Stringify, name: []const u8, arguments: ?std
         try v.write(&std.fmt.bytesToHex(sum, .lower));
         try v.endObject();
     } else if (std.mem.eql(u8, name, "words")) {
-        const text = stringField(args, "text") orelse return failed(s, "text is not a string");
-        try words(gpa, &v, text);
+        const text = stringField(args, "text") orelse return "text is not a string";
+        try words(gpa, v, text);
     } else if (std.mem.eql(u8, name, "fetch")) {
-        const url = stringField(args, "url") orelse return failed(s, "url is not a string");
-        const answer = fetch(gpa, url) catch |err| return failed(s, @errorName(err));
+        const url = stringField(args, "url") orelse return "url is not a string";
+        const answer = fetch(gpa, url) catch |err| return @errorName(err);
         try v.print("{s}", .{answer});
     } else {
-        return failed(s, try std.fmt.allocPrint(gpa, "no tool named {s}", .{name}));
+        return try std.fmt.allocPrint(gpa, "no tool named {s}", .{name});
     }
-    try s.beginObject();
-    try textContent(s, value.written());
-    try s.objectField("structuredContent");
-    try s.print("{s}", .{value.written()});
-    try s.endObject();
-}
-
-fn failed(s: *Stringify, message: []const u8) !void {
-    try s.beginObject();
-    try textContent(s, message);
-    try s.objectField("isError");
-    try s.write(true);
-    try s.endObject();
-}
-
-/// A result's `content` field: one text block.
-fn textContent(s: *Stringify, text: []const u8) !void {
-    try s.objectField("content");
-    try s.beginArray();
-    try s.beginObject();
-    try s.objectField("type");
-    try s.write("text");
-    try s.objectField("text");
-    try s.write(text);
-    try s.endObject();
-    try s.endArray();
+    return null;
 }
 
 /// What a JSON document holds, by kind.
