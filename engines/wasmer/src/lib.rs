@@ -265,16 +265,17 @@ impl WasmerEngine {
     /// in a process that linked it ([`link_llvm`]).
     fn compiling_engine(&self) -> Result<wasmer::Engine, EngineError> {
         let builder = match self.compiler {
+            // Code for this architecture becomes an ELF image (linked when compiled), which a
+            // load maps straight from the artifact file: no copy, no relocation, only the
+            // pages a call touches are read. wasmer links only images of the architecture it
+            // runs on, so code for another one keeps the plain format.
             #[cfg(feature = "singlepass")]
             Compiler::Singlepass => {
                 let mut singlepass = wasmer::sys::Singlepass::new();
+                singlepass.experimental_artifact(self.native_architecture);
                 singlepass.push_middleware(DeadlineChecks::new());
                 EngineBuilder::new(singlepass)
             }
-            // cranelift code for this architecture becomes an ELF image (linked when
-            // compiled), which a load maps straight from the artifact file: no copy, no
-            // relocation, only the pages a call touches are read. wasmer links only images of
-            // the architecture it runs on, so code for another one keeps the plain format.
             #[cfg(feature = "cranelift")]
             Compiler::Cranelift => {
                 let mut cranelift = wasmer::sys::Cranelift::new();
@@ -288,6 +289,7 @@ impl WasmerEngine {
                         "this process does not link LLVM: {LLVM_WORKER} compiles with it"
                     ))
                 })?;
+                llvm.experimental_artifact(self.native_architecture);
                 llvm.push_middleware(DeadlineChecks::new());
                 EngineBuilder::new(llvm)
             }
@@ -851,25 +853,30 @@ mod tests {
     }
 
     #[test]
-    fn cranelift_code_for_this_machine_is_an_image_mapped_from_its_file() {
-        let engine = WasmerEngine::new(Compiler::Cranelift, None).unwrap();
-        let artifact = engine.compile(EMPTY_FUNCTION).unwrap().serialize().unwrap();
-        assert!(artifact.code.starts_with(ELF_MAGIC), "not an ELF image");
-        let module = load(&engine, &artifact);
-        assert!(module.is_ok(), "{:?}", module.err());
-
+    fn code_for_this_machine_is_an_image_mapped_from_its_file_on_every_compiler() {
         let foreign = if cfg!(target_arch = "x86_64") {
             "aarch64-unknown-linux-gnu"
         } else {
             "x86_64-unknown-linux-gnu"
         };
-        let foreign = WasmerEngine::new(Compiler::Cranelift, Some(foreign));
-        let foreign = foreign.unwrap().compile(EMPTY_FUNCTION).unwrap();
-        let foreign = foreign.serialize().unwrap().code;
-        assert!(
-            !foreign.starts_with(ELF_MAGIC),
-            "wasmer links images of its own architecture only"
-        );
+        for compiler in Compiler::ALL.into_iter().filter(|c| c.available()) {
+            let engine = WasmerEngine::new(compiler, None).unwrap();
+            let artifact = engine.compile(EMPTY_FUNCTION).unwrap().serialize().unwrap();
+            assert!(
+                artifact.code.starts_with(ELF_MAGIC),
+                "{compiler:?}: not an ELF image"
+            );
+            let module = load(&engine, &artifact);
+            assert!(module.is_ok(), "{compiler:?}: {:?}", module.err());
+
+            let foreign = WasmerEngine::new(compiler, Some(foreign));
+            let foreign = foreign.unwrap().compile(EMPTY_FUNCTION).unwrap();
+            let foreign = foreign.serialize().unwrap().code;
+            assert!(
+                !foreign.starts_with(ELF_MAGIC),
+                "{compiler:?}: wasmer links images of its own architecture only"
+            );
+        }
     }
 
     #[test]
@@ -880,26 +887,28 @@ mod tests {
                  (func (export "_start") (drop (i32.load (i32.const 70000)))))"#,
         )
         .unwrap();
-        let engine = WasmerEngine::new(Compiler::Cranelift, None).unwrap();
-        let compiled = engine.compile(&wasm).unwrap();
-        let loaded = load(&engine, &compiled.serialize().unwrap()).unwrap();
         let limits = RunLimits {
             max_memory_bytes: 64 << 20,
             max_table_elements: hako_engine_api::MAX_TABLE_ELEMENTS,
         };
-        let exits: Vec<RunExit> = [compiled, loaded]
-            .iter()
-            .map(|module| {
-                let host = Box::new(Recording(Asked::default()));
-                module.run(host, limits, &Never).exit
-            })
-            .collect();
-        assert!(
-            matches!(&exits[0], RunExit::Trap(message) if message.contains("out of bounds")),
-            "{:?}",
-            exits[0]
-        );
-        assert_eq!(exits[0], exits[1]);
+        for compiler in Compiler::ALL.into_iter().filter(|c| c.available()) {
+            let engine = WasmerEngine::new(compiler, None).unwrap();
+            let compiled = engine.compile(&wasm).unwrap();
+            let loaded = load(&engine, &compiled.serialize().unwrap()).unwrap();
+            let exits: Vec<RunExit> = [compiled, loaded]
+                .iter()
+                .map(|module| {
+                    let host = Box::new(Recording(Asked::default()));
+                    module.run(host, limits, &Never).exit
+                })
+                .collect();
+            assert!(
+                matches!(&exits[0], RunExit::Trap(message) if message.contains("out of bounds")),
+                "{compiler:?}: {:?}",
+                exits[0]
+            );
+            assert_eq!(exits[0], exits[1], "{compiler:?}");
+        }
     }
 
     #[test]

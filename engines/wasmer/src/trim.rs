@@ -1,12 +1,12 @@
 //! An ELF image trimmed to what a load reads.
 //!
-//! cranelift code for this machine's architecture is stored as a shared object that wasmer
-//! links at compile time (see [`crate::WasmerEngine`]). The linker leaves in it sections no
-//! load reads: the functions' DWARF (`.debug_*`, about a fifth of the file), the symbol table
-//! and its strings, and the linker's `.comment`. A load maps the image's segments and reads
-//! only wasmer's own sections (`.w.*`) and `.eh_frame`, but it finds them by parsing the image
-//! twice through a small buffered reader that reads each section's name with a seek and a read
-//! of its own: every section costs a load four system calls, whatever its size.
+//! Code for this machine's architecture, of every compiler, is stored as a shared object
+//! that wasmer links at compile time (see [`crate::WasmerEngine`]). The linker leaves in it
+//! sections no load reads: the functions' DWARF (`.debug_*`, about a fifth of the file), the
+//! symbol table and its strings, and the linker's `.comment`. A load maps the image's segments
+//! and reads only wasmer's own sections (`.w.*`) and `.eh_frame`, but it finds them by parsing
+//! the image twice through a small buffered reader that reads each section's name with a seek
+//! and a read of its own: every section costs a load four system calls, whatever its size.
 //!
 //! [`trim`] writes the image again without those sections, at upload, before the artifact is
 //! stored. The segments (the code, its unwind tables, the dynamic section) keep their bytes,
