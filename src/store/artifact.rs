@@ -509,11 +509,8 @@ const RECORD_FORMAT: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Record {
     hako_verified: u32,
-    dev: u64,
-    ino: u64,
-    size: u64,
-    modified: (i64, i64),
-    changed: (i64, i64),
+    #[serde(flatten)]
+    identity: FileIdentity,
     code_xxh3: String,
     image_xxh3: Option<String>,
 }
@@ -522,11 +519,7 @@ impl Record {
     fn of(identity: FileIdentity, header: &Header) -> Self {
         Self {
             hako_verified: RECORD_FORMAT,
-            dev: identity.dev,
-            ino: identity.ino,
-            size: identity.size,
-            modified: identity.modified,
-            changed: identity.changed,
+            identity,
             code_xxh3: header.code_xxh3.clone(),
             image_xxh3: header.image.as_ref().map(|image| image.xxh3.clone()),
         }
@@ -666,7 +659,7 @@ impl Header {
 }
 
 /// What tells one artifact file from another, and from itself once written to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 struct FileIdentity {
     dev: u64,
     ino: u64,
