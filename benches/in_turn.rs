@@ -1,0 +1,108 @@
+//! Many packages in turn: one greet call at a time, each on the next of N distinct modules
+//! (greet, each made distinct by a custom section, compiled to artifact files of their own and
+//! loaded from them as a server loads them), against the same call on one module. What a
+//! server calling many packages in turn pays per call beyond its front end: the code, the
+//! memory and the instance of a module last run N calls ago.
+//!
+//! `cargo bench --bench in_turn`
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use hako::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest};
+use hako::engines::{self, Compiler, EngineConfig};
+use hako::http::{NoBroker, PackagePolicy};
+use hako::store::{ArtifactKey, Store};
+use hako_engine_api::Module;
+
+/// How many distinct modules are called in turn.
+const COUNTS: [usize; 3] = [1, 32, 200];
+
+/// greet with a custom section naming `number`, so that each copy is a module of its own.
+fn copy(wasm: &[u8], number: usize) -> Vec<u8> {
+    let name = b"hako-bench-copy";
+    let number = number.to_string();
+    let mut content = vec![name.len() as u8];
+    content.extend_from_slice(name);
+    content.extend_from_slice(number.as_bytes());
+    let mut copy = wasm.to_vec();
+    copy.push(0);
+    copy.push(content.len() as u8);
+    copy.extend_from_slice(&content);
+    copy
+}
+
+fn greet(module: &Arc<dyn Module>, network: &Network) {
+    let outcome = call::call_tool(
+        module,
+        ToolRequest {
+            program: "greet",
+            tool: "greet",
+            arguments: serde_json::json!({"name": "Ada"}),
+            limits: Limits::CALL,
+            mounts: Mounts::fresh(None),
+            network: network.clone(),
+            gate: None,
+        },
+        CallStats::default(),
+    )
+    .expect("the call runs");
+    assert!(
+        matches!(outcome, CallOutcome::Answered { .. }),
+        "{outcome:?}"
+    );
+    black_box(outcome);
+}
+
+fn in_turn(c: &mut Criterion) {
+    let wasm = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/greet/module.wasm"
+    ))
+    .expect("the greet example is committed");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let store = Store::open(dir.path()).expect("the store opens");
+    let network = Network {
+        policy: Arc::new(PackagePolicy::default()),
+        broker: Arc::new(NoBroker),
+    };
+    let most = COUNTS.into_iter().max().unwrap_or(1);
+    let configs = EngineConfig::all()
+        .into_iter()
+        .filter(|config| config.compiler() == Compiler::Cranelift);
+    let mut group = c.benchmark_group("call_in_turn");
+    for config in configs {
+        let engine = engines::engine(config, None).expect("the engine builds");
+        let modules: Vec<Arc<dyn Module>> = (0..most)
+            .map(|number| {
+                let wasm = copy(&wasm, number);
+                let key = ArtifactKey::new(&hako::store::sha256_hex(&wasm), engine.identity());
+                let compiled = engine.compile(&wasm).expect("greet compiles");
+                store
+                    .artifacts()
+                    .write(&key, compiled.as_ref())
+                    .expect("the artifact is written");
+                store
+                    .artifacts()
+                    .load(&key, engine.as_ref())
+                    .expect("the artifact loads")
+                    .expect("the artifact exists")
+            })
+            .collect();
+        for count in COUNTS {
+            let id = BenchmarkId::new(config.name(), count);
+            let mut next = 0;
+            group.bench_function(id, |b| {
+                b.iter(|| {
+                    greet(&modules[next % count], &network);
+                    next += 1;
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, in_turn);
+criterion_main!(benches);
