@@ -18,3 +18,19 @@ hako_binary() {
     echo "${CARGO_TARGET_DIR:-target}/release/hako"
   fi
 }
+
+# The flags of $SERVE_ARGS that say which code the server runs (`--engine`, `--compiler`, as
+# `--flag VALUE` or `--flag=VALUE`), for `hako upload` to precompile that code: a server on an
+# engine or compiler the store has no code for compiles each module at its first call, which
+# a measurement must not count.
+upload_args() {
+  local -a words
+  read -r -a words <<<"${SERVE_ARGS:-}"
+  local i
+  for (( i = 0; i < ${#words[@]}; i++ )); do
+    case "${words[i]}" in
+      --engine|--compiler) printf '%s %s ' "${words[i]}" "${words[i+1]:-}"; i=$(( i + 1 )) ;;
+      --engine=*|--compiler=*) printf '%s ' "${words[i]}" ;;
+    esac
+  done
+}

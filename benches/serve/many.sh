@@ -10,7 +10,8 @@
 #
 # Counts default to 1 32 200 1000; the package to examples/greet (its tool and arguments from
 # bench.json). PIN=1 (two cores or more): the server (--workers 1 --http-threads 1) on CPU 0,
-# wrk on CPU 1. Needs wrk and jq (Debian packages).
+# wrk on CPU 1. SERVE_ARGS are given to hako serve, and their --engine and --compiler to hako
+# upload too. Needs wrk and jq (Debian packages).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -62,7 +63,8 @@ content = bytes([len(name)]) + name + number
 with open(path, "ab") as f:
     f.write(bytes([0, len(content)]) + content)
 PY
-  "$hako" upload "$copy" --store "$store" >/dev/null
+  # shellcheck disable=SC2046 # a list of flags
+  "$hako" upload "$copy" --store "$store" $(upload_args) >/dev/null
 done
 
 # shellcheck disable=SC2086 # command prefixes and lists of flags

@@ -11,7 +11,8 @@
 # uploaded three times, as `sleeper`, `fetcher` and `spinner`, so that each kind is a package
 # of its own. PIN=1 runs the server on CPU 0 and the clients on the others (taskset); without
 # it everything shares the machine's cores. wrk and the TLS server (python3, openssl) run on
-# the same machine: say so when reporting the figures.
+# the same machine: say so when reporting the figures. SERVE_ARGS are given to hako serve, and
+# their --engine and --compiler to hako upload too.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -50,13 +51,15 @@ port="$(cat "$work/tls/port")"
 [[ -n "$port" ]] || { echo "the TLS server did not start" >&2; exit 1; }
 
 store="$work/store"
-"$hako" upload examples/greet --store "$store" >/dev/null
+# shellcheck disable=SC2046 # a list of flags
+"$hako" upload examples/greet --store "$store" $(upload_args) >/dev/null
 for name in sleeper fetcher spinner; do
   mkdir "$work/$name"
   cp benches/serve/waits/module.wasm "$work/$name/"
   sed "s/\"name\": \"waits\"/\"name\": \"$name\"/" benches/serve/waits/subako-package.json \
     >"$work/$name/subako-package.json"
-  "$hako" upload "$work/$name" --store "$store" >/dev/null
+  # shellcheck disable=SC2046 # a list of flags
+  "$hako" upload "$work/$name" --store "$store" $(upload_args) >/dev/null
 done
 cat >"$work/policy.toml" <<POLICY
 [tls]

@@ -17,7 +17,8 @@
 #   [HAKO=BINARY] [SERVE_ARGS="--ready-instances 0 …"] [ROUNDS=5] [PIN=1] benches/serve/run.sh
 #       [SECONDS_PER_ROUND] [CONNECTIONS] [WRK_THREADS] [-- PACKAGE_DIR...]
 #
-# SERVE_ARGS are given to hako serve after its own flags (to compare its settings). PIN=1 (on a
+# SERVE_ARGS are given to hako serve after its own flags (to compare its settings), and their
+# --engine and --compiler to hako upload too. PIN=1 (on a
 # machine of two cores or more) measures hako alone on a core: the server (--workers 1
 # --http-threads 1) and the in-process bench (one thread) on CPU 0, wrk on CPU 1.
 #
@@ -102,7 +103,8 @@ for package in "${packages[@]}"; do
       jq -r '.. | objects | select(has("calls_per_s")) | .calls_per_s' | head -1
   done | sort -g | sed -n 3p)"
 
-  "$hako" upload "$package" --store "$store" >/dev/null
+  # shellcheck disable=SC2046 # a list of flags
+  "$hako" upload "$package" --store "$store" $(upload_args) >/dev/null
   # shellcheck disable=SC2086 # SERVE_ARGS is a list of flags
   $pinned_server "$hako" serve --store "$store" --listen 127.0.0.1:0 --workers "$workers" $pinned_args ${SERVE_ARGS:-} >"$log" 2>/dev/null &
   server=$!
