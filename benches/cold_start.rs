@@ -17,11 +17,12 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
 use hako::bench::subject::{Ready, Subject};
 use hako::bench::Workload;
-use hako::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest};
+use hako::call::Limits;
 use hako::engines::{self, EngineConfig};
-use hako::http::{NoBroker, PackagePolicy};
 use hako::store::{ArtifactKey, Store};
 use hako_engine_api::{Engine, Module};
+
+mod greet;
 
 /// greet compiled by one engine configuration of this build, its artifact written to each store
 /// of the bench: what every group below measures.
@@ -75,41 +76,12 @@ impl Compiled {
     }
 }
 
-fn greet(module: &Arc<dyn Module>, network: &Network) {
-    let outcome = call::call_tool(
-        module,
-        ToolRequest {
-            program: "greet",
-            tool: "greet",
-            arguments: serde_json::json!({"name": "Ada"}),
-            limits: Limits::CALL,
-            mounts: Mounts::fresh(None),
-            network: network.clone(),
-            gate: None,
-        },
-        CallStats::default(),
-    )
-    .expect("the call runs");
-    assert!(
-        matches!(outcome, CallOutcome::Answered { .. }),
-        "{outcome:?}"
-    );
-    black_box(outcome);
-}
-
 fn cold_start(c: &mut Criterion) {
-    let wasm = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/greet/module.wasm"
-    ))
-    .expect("the greet example is committed");
+    let wasm = greet::wasm();
     let sha = hako::store::sha256_hex(&wasm);
     let dir = tempfile::tempdir().expect("a temp dir");
     let store = Store::open(dir.path()).expect("the store opens");
-    let network = Network {
-        policy: Arc::new(PackagePolicy::default()),
-        broker: Arc::new(NoBroker),
-    };
+    let network = greet::network();
     // A second store with the same artifacts in files of their own (for `from_disk_parts`): a
     // module loaded from one store's file, then the other's, is each time loaded from a file
     // whose last load is gone.
@@ -146,7 +118,7 @@ fn cold_start(c: &mut Criterion) {
 
     let mut in_memory = c.benchmark_group("call_in_memory");
     for one in &compiled {
-        in_memory.bench_function(one.id(), |b| b.iter(|| greet(&one.module, &network)));
+        in_memory.bench_function(one.id(), |b| b.iter(|| greet::greet(&one.module, &network)));
     }
     for (subject, ready) in &baselines {
         in_memory.bench_function(baseline_id(subject), |b| {
@@ -166,7 +138,7 @@ fn cold_start(c: &mut Criterion) {
                 for _ in 0..iters {
                     drop(black_box(one.load(&store)));
                     let started = std::time::Instant::now();
-                    greet(&one.module, &network);
+                    greet::greet(&one.module, &network);
                     timed += started.elapsed();
                 }
                 timed
@@ -187,7 +159,9 @@ fn cold_start(c: &mut Criterion) {
 
     let mut from_disk = c.benchmark_group("call_from_disk");
     for one in &compiled {
-        from_disk.bench_function(one.id(), |b| b.iter(|| greet(&one.load(&store), &network)));
+        from_disk.bench_function(one.id(), |b| {
+            b.iter(|| greet::greet(&one.load(&store), &network))
+        });
     }
     for (subject, _) in &baselines {
         from_disk.bench_function(baseline_id(subject), |b| {
@@ -213,11 +187,11 @@ fn cold_start(c: &mut Criterion) {
         let load_same = || one.load(&store);
         let called_once = || {
             let module = load_same();
-            greet(&module, &network);
+            greet::greet(&module, &network);
             module
         };
         let call = |module: Arc<dyn Module>| {
-            greet(&module, &network);
+            greet::greet(&module, &network);
             module
         };
         let name = one.name();

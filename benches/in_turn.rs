@@ -6,15 +6,14 @@
 //!
 //! `cargo bench --bench in_turn`
 
-use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use hako::call::{self, CallOutcome, CallStats, Limits, Mounts, Network, ToolRequest};
 use hako::engines::{self, Compiler, EngineConfig};
-use hako::http::{NoBroker, PackagePolicy};
 use hako::store::{ArtifactKey, Store};
 use hako_engine_api::Module;
+
+mod greet;
 
 /// How many distinct modules are called in turn.
 const COUNTS: [usize; 3] = [1, 32, 200];
@@ -33,40 +32,11 @@ fn copy(wasm: &[u8], number: usize) -> Vec<u8> {
     copy
 }
 
-fn greet(module: &Arc<dyn Module>, network: &Network) {
-    let outcome = call::call_tool(
-        module,
-        ToolRequest {
-            program: "greet",
-            tool: "greet",
-            arguments: serde_json::json!({"name": "Ada"}),
-            limits: Limits::CALL,
-            mounts: Mounts::fresh(None),
-            network: network.clone(),
-            gate: None,
-        },
-        CallStats::default(),
-    )
-    .expect("the call runs");
-    assert!(
-        matches!(outcome, CallOutcome::Answered { .. }),
-        "{outcome:?}"
-    );
-    black_box(outcome);
-}
-
 fn in_turn(c: &mut Criterion) {
-    let wasm = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/greet/module.wasm"
-    ))
-    .expect("the greet example is committed");
+    let wasm = greet::wasm();
     let dir = tempfile::tempdir().expect("a temp dir");
     let store = Store::open(dir.path()).expect("the store opens");
-    let network = Network {
-        policy: Arc::new(PackagePolicy::default()),
-        broker: Arc::new(NoBroker),
-    };
+    let network = greet::network();
     let most = COUNTS.into_iter().max().unwrap_or(1);
     let configs = EngineConfig::all()
         .into_iter()
@@ -95,7 +65,7 @@ fn in_turn(c: &mut Criterion) {
             let mut next = 0;
             group.bench_function(id, |b| {
                 b.iter(|| {
-                    greet(&modules[next % count], &network);
+                    greet::greet(&modules[next % count], &network);
                     next += 1;
                 })
             });
