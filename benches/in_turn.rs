@@ -12,6 +12,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use hako::engines::{self, Compiler, EngineConfig};
 use hako::store::{ArtifactKey, Store};
 use hako_engine_api::Module;
+use wasm_encoder::Section;
 
 mod greet;
 
@@ -20,15 +21,12 @@ const COUNTS: [usize; 3] = [1, 32, 200];
 
 /// greet with a custom section naming `number`, so that each copy is a module of its own.
 fn copy(wasm: &[u8], number: usize) -> Vec<u8> {
-    let name = b"hako-bench-copy";
-    let number = number.to_string();
-    let mut content = vec![name.len() as u8];
-    content.extend_from_slice(name);
-    content.extend_from_slice(number.as_bytes());
     let mut copy = wasm.to_vec();
-    copy.push(0);
-    copy.push(content.len() as u8);
-    copy.extend_from_slice(&content);
+    wasm_encoder::CustomSection {
+        name: "hako-bench-copy".into(),
+        data: number.to_string().into_bytes().into(),
+    }
+    .append_to(&mut copy);
     copy
 }
 
