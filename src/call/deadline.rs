@@ -31,6 +31,9 @@ pub enum DeadlineKind {
     CallTimeout,
     /// The second the guest has to exit once stdin is closed.
     ExitAfterEof,
+    /// The slice of a run that shares its thread ([`crate::sandbox::RunGate::slice`]): the run
+    /// is moved to a thread of its own, not ended.
+    Slice,
 }
 
 struct Entry {
@@ -130,8 +133,8 @@ pub struct CallTimer {
 }
 
 impl CallTimer {
-    /// Registers a call whose time limit ends at `at`.
-    pub fn start(at: Instant, cancel: Arc<Cancel>) -> Self {
+    /// Registers a call whose first deadline, of `kind`, is at `at`.
+    pub fn start(at: Instant, kind: DeadlineKind, cancel: Arc<Cancel>) -> Self {
         let shared = Arc::clone(shared());
         let mut state = shared.lock();
         let id = state.next_id;
@@ -140,7 +143,7 @@ impl CallTimer {
             id,
             Entry {
                 at,
-                kind: DeadlineKind::CallTimeout,
+                kind,
                 fired: None,
                 cancel,
                 interrupt: None,
@@ -224,7 +227,11 @@ mod tests {
     #[test]
     fn a_passed_deadline_cancels_and_keeps_interrupting() {
         let cancel = Arc::new(Cancel::new());
-        let timer = CallTimer::start(Instant::now(), Arc::clone(&cancel));
+        let timer = CallTimer::start(
+            Instant::now(),
+            DeadlineKind::CallTimeout,
+            Arc::clone(&cancel),
+        );
         let count = Arc::new(Count(AtomicUsize::new(0)));
         timer.arm(Arc::clone(&count) as Arc<dyn Interrupt>);
         assert!(cancel.sleep_until(Instant::now() + Duration::from_secs(60)));
@@ -239,6 +246,7 @@ mod tests {
         let cancel = Arc::new(Cancel::new());
         let timer = CallTimer::start(
             Instant::now() + Duration::from_secs(3600),
+            DeadlineKind::CallTimeout,
             Arc::clone(&cancel),
         );
         timer.shorten(Instant::now(), DeadlineKind::ExitAfterEof);
@@ -249,7 +257,11 @@ mod tests {
     #[test]
     fn a_later_deadline_does_not_replace_an_earlier_one() {
         let cancel = Arc::new(Cancel::new());
-        let timer = CallTimer::start(Instant::now(), Arc::clone(&cancel));
+        let timer = CallTimer::start(
+            Instant::now(),
+            DeadlineKind::CallTimeout,
+            Arc::clone(&cancel),
+        );
         timer.shorten(
             Instant::now() + Duration::from_secs(3600),
             DeadlineKind::ExitAfterEof,
@@ -262,7 +274,7 @@ mod tests {
     fn an_ended_call_leaves_nothing_queued() {
         let cancel = Arc::new(Cancel::new());
         let far = Instant::now() + Duration::from_secs(3600);
-        let timer = CallTimer::start(far, cancel);
+        let timer = CallTimer::start(far, DeadlineKind::CallTimeout, cancel);
         timer.shorten(far - Duration::from_secs(1), DeadlineKind::ExitAfterEof);
         let id = timer.id;
         let shared = Arc::clone(&timer.shared);
@@ -274,7 +286,11 @@ mod tests {
     #[test]
     fn an_unexpired_deadline_has_not_fired() {
         let cancel = Arc::new(Cancel::new());
-        let timer = CallTimer::start(Instant::now() + Duration::from_secs(3600), cancel);
+        let timer = CallTimer::start(
+            Instant::now() + Duration::from_secs(3600),
+            DeadlineKind::CallTimeout,
+            cancel,
+        );
         assert_eq!(timer.fired(), None);
     }
 }

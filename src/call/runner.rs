@@ -221,14 +221,20 @@ impl Bounds {
         let started = Instant::now();
         let deadline = started + limits.timeout;
         let cancel = Arc::new(Cancel::new());
-        let timer = Arc::new(CallTimer::start(deadline, Arc::clone(&cancel)));
+        let waits = Waits::new(gate, Some(deadline));
+        // A run that shares its thread is first timed to the end of its slice, which moves it.
+        let (first, kind) = match waits.slice().map(|slice| started + slice) {
+            Some(slice_ends) if slice_ends < deadline => (slice_ends, DeadlineKind::Slice),
+            _ => (deadline, DeadlineKind::CallTimeout),
+        };
+        let timer = Arc::new(CallTimer::start(first, kind, Arc::clone(&cancel)));
         Bounds {
             started,
             deadline,
             cancel,
             timer,
             budget: Arc::new(WriteBudget::new(limits.write_budget)),
-            waits: Arc::new(Waits::new(gate, Some(deadline))),
+            waits: Arc::new(waits),
             limits,
         }
     }
@@ -412,6 +418,10 @@ pub fn run<C: Conversation + 'static>(
     let ran = bounds.run(instance, sandbox, session, network);
     let run_us = bounds.started.elapsed().as_micros() as u64;
     let fired = bounds.timer.fired();
+    if fired == Some(DeadlineKind::Slice) {
+        // Past its slice on a shared thread: it runs again on a thread of its own.
+        bounds.waits.moves();
+    }
     let mut session = ran.stdio;
     let past_deadline = bounds.past_deadline();
     let crash = judge(&mut session, ran.exit, fired, past_deadline, limits)?;
@@ -452,6 +462,11 @@ fn judge<C: Conversation>(
         DeadlineKind::ExitAfterEof => Crash::new(
             CrashKind::NoExitAfterEof,
             "the guest was still running 1 s after stdin was closed",
+        ),
+        // Never an outcome a caller sees: the run is moved, and runs again (RunGate::slice).
+        DeadlineKind::Slice => Crash::new(
+            CrashKind::Timeout,
+            "the call outran its slice on a shared thread and was moved",
         ),
     };
     // A host call that waited up to the deadline may stop the guest a moment before the

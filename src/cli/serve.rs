@@ -72,13 +72,19 @@ pub struct ServeArgs {
     /// Instances made ahead of their calls, held at most at once: after a call's answer is
     /// sent, its thread instantiates the module it ran for its next call (no guest code runs
     /// in it until that call), while fewer than N are held; a call of another module or other
-    /// limits drops it (default: --workers; 0: none; at most --max-calls).
+    /// limits drops it (default: --workers + --http-threads, as quick calls run on the front
+    /// end's threads; 0: none; at most --max-calls).
     #[arg(long, value_name = "N")]
     ready_instances: Option<usize>,
     /// Front-end threads, which take connections, parse requests and write answers beside
     /// the call threads (default: one per two cores, at least one; at most 1024).
     #[arg(long, value_name = "N")]
     http_threads: Option<usize>,
+    /// Run every call on a call thread: by default a package whose calls have been quick has
+    /// its calls run on the front-end thread that read them, with no hand-off, and a call that
+    /// waits or computes for more than 10 ms there is moved to a call thread.
+    #[arg(long)]
+    no_inline: bool,
     /// The largest JSON request body, in bytes (default: 4 MiB).
     #[arg(long, value_name = "BYTES")]
     max_body: Option<usize>,
@@ -211,24 +217,25 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
         .map_err(|err| Failure::Usage(err.to_string()))?;
     if let Some(workers) = args.workers {
         config.workers = count_in("--workers", workers, MAX_THREADS)?;
-        config.ready_instances = workers;
     }
     if let Some(calls) = args.max_calls {
         config.max_calls = count_in("--max-calls", calls, MAX_CALLS)?;
     }
-    if let Some(ready) = args.ready_instances {
-        if ready > config.max_calls {
+    if let Some(threads) = args.http_threads {
+        config.http_threads = count_in("--http-threads", threads, MAX_THREADS)?;
+    }
+    config.ready_instances = match args.ready_instances {
+        Some(ready) if ready > config.max_calls => {
             return Err(Failure::Usage(format!(
                 "--ready-instances must be at most the {} calls in flight (--max-calls), not \
                  {ready}: each call's thread holds at most one",
                 config.max_calls
-            )));
+            )))
         }
-        config.ready_instances = ready;
-    }
-    if let Some(threads) = args.http_threads {
-        config.http_threads = count_in("--http-threads", threads, MAX_THREADS)?;
-    }
+        Some(ready) => ready,
+        None => config.default_ready_instances(),
+    };
+    config.inline = !args.no_inline;
     if let Some(bytes) = args.max_body {
         config.max_body_bytes = bytes;
     }

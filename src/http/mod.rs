@@ -157,6 +157,11 @@ impl HttpImports {
         {
             return Err(Stop::Abort);
         }
+        // A request waits on the broker: a run that shares its thread is moved before it is
+        // even judged, so that it has sent nothing when it runs again on a thread of its own.
+        if import == Import::HttpRequest && self.waits.moves() {
+            return Err(Stop::Abort);
+        }
         Ok(self.route(import, args, memory))
     }
 

@@ -127,6 +127,10 @@ impl<S: Stdio> Wasi<S> {
         if events.written == 0 {
             match events.earliest {
                 Some(wakeup) => {
+                    // A run that shares its thread does not sleep on it: it is moved.
+                    if self.waits.moves() {
+                        return Err(Fail::Stop(Stop::Abort));
+                    }
                     let until = self
                         .deadline
                         .map_or(wakeup, |deadline| deadline.min(wakeup));

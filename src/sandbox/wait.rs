@@ -7,11 +7,18 @@
 //! command run alone has no gate and gives up nothing. [`Waits`] also counts how long the run
 //! waited, for the call's figures.
 //!
-//! It does not decide what waits: the host calls that wait go through [`Waits::wait`].
+//! A run may also share its thread with other work: a server runs a call whose package's calls
+//! have been quick on the front end's own thread, with no hand-off ([`RunGate::slice`]). Such
+//! a run must not block that thread: at its first wait it is moved instead ([`Waits::moves`]),
+//! before anything of the wait is done, and so it is once past its slice (the run's deadline
+//! timer); the server runs it again from its start on a thread of its own.
+//!
+//! It does not decide what waits: the host calls that wait go through [`Waits::wait`], after
+//! asking [`Waits::moves`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What a run gives up while one of its host calls waits, and takes back after.
 pub trait RunGate: Send + Sync {
@@ -22,6 +29,19 @@ pub trait RunGate: Send + Sync {
     /// comes first (the run is then past its time limit, and ends at its next host call or
     /// check).
     fn resume(&self, deadline: Option<Instant>);
+
+    /// For a run that shares its thread with other work (a call the server runs on its front
+    /// end's thread), how long it may compute there before it is moved to a thread of its own;
+    /// it is moved at its first wait too. `None` (the default): the run has its thread to
+    /// itself, and waits.
+    fn slice(&self) -> Option<Duration> {
+        None
+    }
+
+    /// The run is moved ([`RunGate::slice`]): it ends at once, and runs again from its start on
+    /// a thread of its own. Called before the run has done anything outside itself that its
+    /// second start would not do again: it has not waited, so it has sent nothing.
+    fn move_off(&self) {}
 }
 
 /// One run's waits: its gate, if any, its deadline, and the time its host calls waited.
@@ -55,10 +75,29 @@ impl Waits {
         value
     }
 
+    /// Whether a host call about to wait must end the run instead, because the run shares its
+    /// thread ([`RunGate::slice`]): the run is then moved ([`RunGate::move_off`]), and the host
+    /// call ends it ([`crate::sandbox::Stop::Abort`]) before anything of the wait is done.
+    pub fn moves(&self) -> bool {
+        match &self.gate {
+            Some(gate) if gate.slice().is_some() => {
+                gate.move_off();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The run's slice on a shared thread, if it shares one ([`RunGate::slice`]).
+    pub fn slice(&self) -> Option<Duration> {
+        self.gate.as_ref().and_then(|gate| gate.slice())
+    }
+
     /// Gives the gate up and takes it back at once (`sched_yield`): calls waiting for what the
-    /// run holds go first.
+    /// run holds go first. A run that shares its thread gives nothing up: it holds the thread
+    /// for its slice at most, and the calls in line cannot run on it meanwhile.
     pub fn yield_now(&self) {
-        if let Some(gate) = &self.gate {
+        if let Some(gate) = self.gate.as_ref().filter(|gate| gate.slice().is_none()) {
             drop(Paused::new(gate.as_ref(), self.deadline));
         }
     }
@@ -138,5 +177,41 @@ mod tests {
         let waits = Waits::default();
         assert_eq!(waits.wait(|| 3), 3);
         waits.yield_now();
+        assert!(!waits.moves());
+    }
+
+    /// A gate of a run that shares its thread.
+    #[derive(Default)]
+    struct Shared(Told);
+
+    impl RunGate for Shared {
+        fn pause(&self) {
+            self.0.pause();
+        }
+        fn resume(&self, deadline: Option<Instant>) {
+            self.0.resume(deadline);
+        }
+        fn slice(&self) -> Option<Duration> {
+            Some(Duration::from_millis(10))
+        }
+        fn move_off(&self) {
+            self.0 .0.lock().unwrap().push("moved");
+        }
+    }
+
+    #[test]
+    fn a_run_that_shares_its_thread_is_moved_instead_of_waiting_and_yields_nothing() {
+        let shared = Arc::new(Shared::default());
+        let waits = Waits::new(Some(shared.clone() as Arc<dyn RunGate>), None);
+        assert_eq!(waits.slice(), Some(Duration::from_millis(10)));
+        waits.yield_now();
+        assert!(shared.0 .0.lock().unwrap().is_empty(), "nothing given up");
+        assert!(waits.moves());
+        assert_eq!(*shared.0 .0.lock().unwrap(), ["moved"]);
+        let told = Arc::new(Told::default());
+        let waits = Waits::new(Some(told.clone() as Arc<dyn RunGate>), None);
+        assert!(!waits.moves(), "a run with a thread of its own waits");
+        assert_eq!(waits.slice(), None);
+        assert!(told.0.lock().unwrap().is_empty());
     }
 }

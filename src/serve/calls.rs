@@ -10,9 +10,10 @@
 //! It speaks neither HTTP nor JSON-RPC: the front ends ([`super::api`], [`super::mcp`]) turn
 //! what it answers into their own replies.
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,7 @@ use crate::call::{
 use crate::engines::EngineConfig;
 use crate::http::{Broker, BrokerError, HyperBroker, PackagePolicy, Policy, PolicyError};
 use crate::package::manifest::is_valid_name;
+use crate::sandbox::RunGate;
 use crate::store::{ModuleBytes, ModuleCache, ModuleSpec, Store, StoreError, StoredPackage};
 
 /// The broker every call of this server sends `subako_http` requests through, with the
@@ -52,6 +54,8 @@ pub struct Served {
     /// than at each call.
     line: PackageLine,
     counters: Arc<PackageCounters>,
+    /// Whether its calls run on the front end's thread.
+    inline: InlineCredit,
 }
 
 impl Served {
@@ -145,6 +149,8 @@ pub struct Calls {
     volume_tmp: VolumeTmp,
     /// The most instances made ahead of their calls held at once (`--ready-instances`).
     ready_instances: u64,
+    /// Whether quick calls run on the front end's thread (not `--no-inline`).
+    inline: bool,
     /// Calls admitted so far: each call's number in its access record.
     numbered: AtomicU64,
     /// The most a caller may ask for.
@@ -176,6 +182,7 @@ impl Calls {
             execution,
             broker,
             ready_instances: 0,
+            inline: false,
             numbered: AtomicU64::new(0),
             caps,
         }
@@ -184,6 +191,13 @@ impl Calls {
     /// These calls with instances made ahead: at most `max` held at once (none by default).
     pub fn with_ready_instances(mut self, max: usize) -> Self {
         self.ready_instances = max as u64;
+        self
+    }
+
+    /// These calls, run on the front end's thread where their package's calls have been quick
+    /// ([`SLICE`]) if `inline`.
+    pub fn with_inline(mut self, inline: bool) -> Self {
+        self.inline = inline;
         self
     }
 
@@ -253,6 +267,7 @@ impl Calls {
                     policy,
                     line: self.execution.permits.line(name),
                     counters: self.metrics.package(name),
+                    inline: InlineCredit::default(),
                 })
             }
         };
@@ -286,6 +301,8 @@ impl Calls {
         limits: Limits,
         origin: Origin,
     ) -> Result<tokio::sync::oneshot::Receiver<Result<CallOutcome, CallError>>, CallError> {
+        // What the last call run on this thread left counts against the calls in flight.
+        drop_left_here();
         if !package.offers(&tool) {
             return Err(CallError::UnknownTool {
                 package: package.name().to_string(),
@@ -306,36 +323,35 @@ impl Calls {
         let (answer, receiver) = tokio::sync::oneshot::channel();
         let queued_at = Instant::now();
         let deadline = queued_at + limits.timeout;
-        let start: Start = {
-            let (calls, permit) = (Arc::clone(self), Arc::clone(&permit));
-            Box::new(move |granted| {
-                let threads = Arc::clone(&calls.execution.threads);
-                let lost = (Arc::clone(&calls), Arc::clone(&permit));
-                let job = Job::answering(answer, move || {
-                    permit.started(granted, queued_at.elapsed());
-                    let call = Call {
-                        package: &package,
-                        tool: &tool,
-                        limits,
-                        origin: &origin,
-                        number,
-                    };
-                    calls.run(call, arguments, &permit, granted, admitted)
-                });
-                // No thread could be made: the call is lost (its caller is told so), and its
-                // permit goes on to the next call in line.
-                if threads.dispatch(job).is_err() {
-                    let (calls, permit) = lost;
-                    permit.started(granted, Duration::ZERO);
-                    permit.release();
-                    calls.metrics.not_started();
-                }
-            })
+        let inline = self.inline && package.inline.allows() && on_front_end();
+        let pending = Pending {
+            calls: Arc::clone(self),
+            package,
+            tool,
+            arguments,
+            limits,
+            origin,
+            number,
+            permit: Arc::clone(&permit),
+            admitted,
+            answer,
+            queued_at,
         };
+        let start: Start = Box::new(move |granted| {
+            // Only the start `submit` makes itself runs here: a call started from its line
+            // is started by the thread that gave a permit back, which must not run it.
+            if granted && INLINE_HERE.with(|here| here.replace(false)) {
+                pending.run_here();
+            } else {
+                pending.dispatch(granted, true);
+            }
+        });
         // A call that waits in line past its time limit is taken out at its deadline and
         // answered so (the permits' sweep).
         if let Place::Now(start) = permit.enter(start, deadline) {
+            INLINE_HERE.with(|here| here.set(inline));
             start(true);
+            INLINE_HERE.with(|here| here.set(false));
         }
         Ok(receiver)
     }
@@ -356,21 +372,20 @@ impl Calls {
     }
 
     /// Runs one call on the current thread, with `permit` held while it computes (`granted`:
-    /// it was given one; else its time ran out in line); hands back its outcome and what is
-    /// left of the run, to drop once the outcome is sent: the permit, given back first (to
-    /// the next call in line, which then runs on this thread), then the run's instance and
-    /// memory (the call counts as in flight until they are gone).
+    /// it was given one; else its time ran out in line), giving `gate` up while it waits;
+    /// hands back its outcome and what is left of the run, to drop once the outcome is sent:
+    /// the permit, given back first (to the next call in line, which then runs on this
+    /// thread), then the run's instance and memory (the call counts as in flight until they
+    /// are gone). A run on the front end's thread that was moved ([`Inline`]) is neither
+    /// counted nor recorded: it hands back its admission, for the run on a thread of its own.
     fn run(
         &self,
         call: Call<'_>,
         arguments: serde_json::Value,
         permit: &Arc<CallPermit>,
-        granted: bool,
+        gate: Gate<'_>,
         admitted: Admitted,
-    ) -> (
-        Result<CallOutcome, CallError>,
-        (GiveBack, Teardown, Admitted),
-    ) {
+    ) -> Ran {
         let Call {
             package,
             tool,
@@ -378,18 +393,38 @@ impl Calls {
             ..
         } = call;
         let mut teardown = Teardown::default();
-        let (outcome, took) = metered(&self.metrics, &package.counters, || {
+        let moved = || matches!(gate, Gate::Inline(inline) if inline.moved());
+        let (outcome, took) = metered(&self.metrics, &package.counters, &moved, || {
             // The line for a permit is bounded by the call's own time limit.
-            let mut outcome = if granted {
-                let (outcome, left) = self.run_counted(package, tool, arguments, limits, permit)?;
-                teardown = left;
-                outcome
-            } else {
-                waited_past_limit(limits)
+            let mut outcome = match gate {
+                Gate::Permit { granted: false } => waited_past_limit(limits),
+                Gate::Permit { granted: true } => {
+                    let gate = Arc::clone(permit) as Arc<dyn RunGate>;
+                    let (outcome, left) =
+                        self.run_counted(package, tool, arguments, limits, gate, &|| false)?;
+                    teardown = left;
+                    package.inline.ran(&outcome);
+                    outcome
+                }
+                Gate::Inline(inline) => {
+                    let gate = Arc::clone(inline) as Arc<dyn RunGate>;
+                    let (outcome, left) =
+                        self.run_counted(package, tool, arguments, limits, gate, &moved)?;
+                    teardown = left;
+                    outcome
+                }
             };
             outcome.stats_mut().queue_us = permit.queued_us();
             Ok(outcome)
         });
+        if moved() {
+            package.inline.moved();
+            self.metrics.moved();
+            return Err(Moved(admitted));
+        }
+        if let Gate::Inline(_) = gate {
+            self.metrics.called_inline();
+        }
         Record {
             number: call.number,
             origin: call.origin,
@@ -400,7 +435,7 @@ impl Calls {
             took,
         }
         .write();
-        (outcome, (GiveBack(Arc::clone(permit)), teardown, admitted))
+        Ok((outcome, (GiveBack(Arc::clone(permit)), teardown, admitted)))
     }
 
     fn run_counted(
@@ -409,7 +444,8 @@ impl Calls {
         tool: &str,
         arguments: serde_json::Value,
         limits: Limits,
-        permit: &Arc<CallPermit>,
+        gate: Arc<dyn RunGate>,
+        moved: &dyn Fn() -> bool,
     ) -> Result<(CallOutcome, Teardown), CallError> {
         let record = &package.stored.record;
         let loaded = self
@@ -441,7 +477,7 @@ impl Calls {
                 policy: Arc::clone(&package.policy),
                 broker: Arc::clone(&self.broker),
             },
-            gate: Some(Arc::clone(permit) as Arc<dyn crate::sandbox::RunGate>),
+            gate: Some(gate),
         };
         let stats = CallStats {
             compiled: loaded.source == crate::store::Source::Compiled,
@@ -459,14 +495,17 @@ impl Calls {
         if outcome.stats().ready {
             self.metrics.called_ready();
         }
+        // A moved run makes nothing ahead: its call runs again elsewhere.
         let after = AfterCall {
             teardown,
-            next: (self.ready_instances > 0 && follows_itself(&loaded.module)).then(|| Next {
-                module: loaded.module,
-                limits,
-                held: self.metrics.ready_instances(),
-                max: self.ready_instances,
-            }),
+            next: (self.ready_instances > 0 && !moved() && follows_itself(&loaded.module)).then(
+                || Next {
+                    module: loaded.module,
+                    limits,
+                    held: self.metrics.ready_instances(),
+                    max: self.ready_instances,
+                },
+            ),
         };
         Ok((outcome, Teardown::new(after)))
     }
@@ -493,6 +532,216 @@ fn follows_itself(module: &Arc<dyn Module>) -> bool {
         *last = Some(Arc::downgrade(module));
         follows
     })
+}
+
+/// How long a call run on the front end's thread may compute there ([`RunGate::slice`])
+/// before it is moved to a thread of its own: the deadline timer's tick, so that timing such a
+/// call never wakes the timer (it notices the slice's end within a tick more).
+pub const SLICE: Duration = Duration::from_millis(10);
+
+thread_local! {
+    /// Set by [`Calls::submit`] around the start of a call it may run on its own thread.
+    static INLINE_HERE: Cell<bool> = const { Cell::new(false) };
+
+    /// What the last call run on this front-end thread left: dropped before the thread's next
+    /// call, or when it goes idle ([`drop_left_here`]), so that it never delays an answer.
+    static LEFT_HERE: RefCell<Option<(Teardown, Admitted)>> = const { RefCell::new(None) };
+}
+
+/// Drops what the last call run on this thread left ([`Calls::submit`]): its run's instance
+/// and memory, and its place among the calls in flight, and makes its instance ahead. The
+/// front end's runtime calls it when a thread goes idle.
+pub fn drop_left_here() {
+    let left = LEFT_HERE.with(|left| left.borrow_mut().take());
+    drop(left);
+}
+
+/// Whether this thread is one of the front end's (a worker of a multi-threaded runtime),
+/// where a quick call may run with no hand-off.
+fn on_front_end() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|runtime| runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+}
+
+/// Whether a package's calls run on the front end's thread, with no hand-off to a thread of
+/// their own. A call that ran there and waited or outran its slice was moved, and ran again on
+/// a thread; so a package earns it by calls that neither wait nor compute long, and loses it
+/// for many calls when one is moved (a package whose calls vary costs the front end a slice
+/// now and then, not at every call).
+#[derive(Default)]
+struct InlineCredit(AtomicI32);
+
+impl InlineCredit {
+    /// Quick calls in a row, on threads of their own, after which calls run inline.
+    const EARNED: i32 = 2;
+    /// Where a moved call sets the credit: so many quick calls on threads before the next
+    /// runs inline.
+    const MOVED: i32 = -64;
+
+    fn allows(&self) -> bool {
+        self.0.load(Ordering::Relaxed) >= Self::EARNED
+    }
+
+    /// A call ran on a thread of its own: quick, if it never waited and took less than half
+    /// a slice, loading included.
+    fn ran(&self, outcome: &CallOutcome) {
+        let stats = outcome.stats();
+        let took = Duration::from_micros(stats.load_us.saturating_add(stats.run_us));
+        let quick = stats.wait_us == 0 && took < SLICE / 2;
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |credit| {
+                Some(if quick {
+                    (credit + 1).min(Self::EARNED)
+                } else {
+                    credit.min(0)
+                })
+            });
+    }
+
+    fn moved(&self) {
+        self.0.store(Self::MOVED, Ordering::Relaxed);
+    }
+}
+
+/// The gate of a call run on the front end's thread: it holds its permit (its package's and
+/// a slot) for its slice at most and never waits there; at a wait, or past its slice, it is
+/// moved to a thread of its own ([`RunGate::slice`]).
+#[derive(Default)]
+struct Inline {
+    moved: AtomicBool,
+}
+
+impl Inline {
+    fn moved(&self) -> bool {
+        self.moved.load(Ordering::Acquire)
+    }
+}
+
+impl RunGate for Inline {
+    // Never asked: a run that shares its thread is moved instead of waiting.
+    fn pause(&self) {}
+    fn resume(&self, _: Option<Instant>) {}
+
+    fn slice(&self) -> Option<Duration> {
+        Some(SLICE)
+    }
+
+    fn move_off(&self) {
+        self.moved.store(true, Ordering::Release);
+    }
+}
+
+/// What a run gives up while it waits: its permit, on a thread of its own (`granted`: it was
+/// given one, else its time ran out in line), or nothing, on the front end's thread.
+#[derive(Clone, Copy)]
+enum Gate<'a> {
+    Permit { granted: bool },
+    Inline(&'a Arc<Inline>),
+}
+
+/// How a run ended: with its outcome and what it left (see [`Calls::run`]), or moved.
+type Ran = Result<(Result<CallOutcome, CallError>, Left), Moved>;
+
+/// What a run leaves, to drop once its outcome is sent: its permit, its instance and memory,
+/// and its place among the calls in flight.
+type Left = (GiveBack, Teardown, Admitted);
+
+/// A run moved off the front end's thread, with the call's place among the calls in flight.
+struct Moved(Admitted);
+
+/// An admitted call, before it runs.
+struct Pending {
+    calls: Arc<Calls>,
+    package: Arc<Served>,
+    tool: String,
+    arguments: serde_json::Value,
+    limits: Limits,
+    origin: Origin,
+    number: u64,
+    permit: Arc<CallPermit>,
+    admitted: Admitted,
+    answer: tokio::sync::oneshot::Sender<Result<CallOutcome, CallError>>,
+    queued_at: Instant,
+}
+
+impl Pending {
+    /// Runs the call on a thread of its own (`granted`: with a permit; else its time ran out
+    /// in line). `first`: it has not been started before (a moved call has).
+    fn dispatch(self, granted: bool, first: bool) {
+        let Pending {
+            calls,
+            package,
+            tool,
+            arguments,
+            limits,
+            origin,
+            number,
+            permit,
+            admitted,
+            answer,
+            queued_at,
+        } = self;
+        let threads = Arc::clone(&calls.execution.threads);
+        let lost = (Arc::clone(&calls), Arc::clone(&permit));
+        let job = Job::answering(answer, move || {
+            if first {
+                permit.started(granted, queued_at.elapsed());
+            }
+            let call = Call {
+                package: &package,
+                tool: &tool,
+                limits,
+                origin: &origin,
+                number,
+            };
+            match calls.run(call, arguments, &permit, Gate::Permit { granted }, admitted) {
+                Ok((outcome, left)) => (outcome, Some(left)),
+                Err(_) => unreachable!("only a run on the front end's thread is moved"),
+            }
+        });
+        // No thread could be made: the call is lost (its caller is told so), and its permit
+        // goes on to the next call in line.
+        if threads.dispatch(job).is_err() {
+            let (calls, permit) = lost;
+            if first {
+                permit.started(granted, Duration::ZERO);
+            }
+            permit.release();
+            calls.metrics.not_started();
+        }
+    }
+
+    /// Runs the call here, on the front end's thread, holding its permit: answered at once if
+    /// it neither waits nor outruns its slice, else moved to a thread of its own, where it runs
+    /// again from its start (it has sent nothing: it was moved before its first wait).
+    fn run_here(self) {
+        self.permit.started(true, self.queued_at.elapsed());
+        let inline = Arc::new(Inline::default());
+        let call = Call {
+            package: &self.package,
+            tool: &self.tool,
+            limits: self.limits,
+            origin: &self.origin,
+            number: self.number,
+        };
+        let ran = self.calls.run(
+            call,
+            self.arguments.clone(),
+            &self.permit,
+            Gate::Inline(&inline),
+            self.admitted,
+        );
+        match ran {
+            Ok((outcome, (give_back, teardown, admitted))) => {
+                // The permit first, to the next call in line; the rest once answered.
+                drop(give_back);
+                let _ = self.answer.send(outcome);
+                LEFT_HERE.with(|left| *left.borrow_mut() = Some((teardown, admitted)));
+            }
+            Err(Moved(admitted)) => Pending { admitted, ..self }.dispatch(true, false),
+        }
+    }
 }
 
 /// A call's permit, given back when dropped (after its answer is sent).
@@ -596,6 +845,7 @@ fn waited_past_limit(limits: Limits) -> CallOutcome {
 fn metered(
     metrics: &Metrics,
     package: &PackageCounters,
+    moved: &dyn Fn() -> bool,
     call: impl FnOnce() -> Result<CallOutcome, CallError>,
 ) -> (Result<CallOutcome, CallError>, Duration) {
     let started = Instant::now();
@@ -607,7 +857,10 @@ fn metered(
             ))
         });
     let took = started.elapsed();
-    metrics.finished(package, result.as_ref().ok(), took);
+    // A moved run is counted once, when it runs again.
+    if !moved() {
+        metrics.finished(package, result.as_ref().ok(), took);
+    }
     (result, took)
 }
 
@@ -697,7 +950,9 @@ mod tests {
     fn a_call_that_panics_is_counted_as_finished_and_answered_as_a_host_failure() {
         let metrics = Metrics::default();
         metrics.admitted();
-        let (result, _) = metered(&metrics, &metrics.package("p"), || panic!("on purpose"));
+        let (result, _) = metered(&metrics, &metrics.package("p"), &|| false, || {
+            panic!("on purpose")
+        });
         assert!(matches!(result, Err(CallError::Host(_))), "{result:?}");
         assert_eq!(metrics.in_flight(), 0);
         assert!(metrics

@@ -40,6 +40,8 @@ pub struct ServeConfig {
     /// call's answer is sent, makes one of the module it ran for its next call, while fewer
     /// than this are held (0: none is made).
     pub ready_instances: usize,
+    /// Whether quick calls run on the front end's thread that read them ([`calls::SLICE`]).
+    pub inline: bool,
     /// What the loaded modules kept in memory may weigh together (their artifacts' sizes).
     pub module_cache_bytes: u64,
     /// The largest JSON request body (MCP messages, calls).
@@ -79,7 +81,7 @@ impl ServeConfig {
     /// a request's headers, its body and a stalled write each.
     pub fn new(store: PathBuf) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        Self {
+        let mut config = Self {
             store,
             listen: SocketAddr::from(([127, 0, 0, 1], 7340)),
             tokens: roles::Tokens::none(),
@@ -90,7 +92,8 @@ impl ServeConfig {
             workers: cores,
             max_calls: DEFAULT_MAX_CALLS,
             http_threads: (cores / 2).max(1),
-            ready_instances: cores,
+            ready_instances: 0,
+            inline: true,
             module_cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
             max_body_bytes: 4 * 1024 * 1024,
             max_upload_bytes: 128 * 1024 * 1024,
@@ -105,6 +108,15 @@ impl ServeConfig {
             max_connections: None,
             max_guest_descriptors: None,
             follow: None,
-        }
+        };
+        config.ready_instances = config.default_ready_instances();
+        config
+    }
+
+    /// Instances made ahead, held at most at once, unless the operator says otherwise: one for
+    /// each call thread kept for good and each front-end thread (which runs quick calls
+    /// itself), within the calls in flight.
+    pub fn default_ready_instances(&self) -> usize {
+        (self.workers + self.http_threads).min(self.max_calls)
     }
 }

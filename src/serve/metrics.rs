@@ -53,6 +53,8 @@ pub struct Metrics {
     /// hold them, which keep it at or under the operator's bound.
     ready_instances: Arc<AtomicU64>,
     calls_ready: AtomicU64,
+    calls_inline: AtomicU64,
+    calls_moved: AtomicU64,
 }
 
 fn kind_index(kind: CrashKind) -> usize {
@@ -117,6 +119,17 @@ impl Metrics {
     /// A call ran on an instance made ahead of it.
     pub fn called_ready(&self) {
         self.calls_ready.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A call ran on the front end's thread to its answer.
+    pub fn called_inline(&self) {
+        self.calls_inline.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A call run on the front end's thread waited or outran its slice, and was moved to a
+    /// thread of its own.
+    pub fn moved(&self) {
+        self.calls_moved.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A call of the package whose `counters` these are finished: with an outcome, or with a
@@ -345,6 +358,23 @@ impl Metrics {
         );
         line("# TYPE hako_calls_ready_total counter".into());
         line(format!("hako_calls_ready_total {}", get(&self.calls_ready)));
+        line(
+            "# HELP hako_calls_inline_total Calls answered on the front end's thread, with no \
+             hand-off to a call thread."
+                .into(),
+        );
+        line("# TYPE hako_calls_inline_total counter".into());
+        line(format!(
+            "hako_calls_inline_total {}",
+            get(&self.calls_inline)
+        ));
+        line(
+            "# HELP hako_calls_moved_total Calls begun on the front end's thread that waited or \
+             outran their slice, and ran again from their start on a call thread."
+                .into(),
+        );
+        line("# TYPE hako_calls_moved_total counter".into());
+        line(format!("hako_calls_moved_total {}", get(&self.calls_moved)));
         self.render_packages(&mut line);
         out
     }

@@ -91,7 +91,7 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-/// Guest code runs on the call threads; wasmer's own stack switching keeps deep guest
+/// Guest code runs on the call threads and the front end's; wasmer's own stack switching keeps deep guest
 /// recursion off them, so a modest native stack suffices (only what is touched is resident).
 const GUEST_STACK_BYTES: usize = 8 * 1024 * 1024;
 
@@ -129,16 +129,21 @@ fn calls(config: &ServeConfig) -> Result<Arc<Calls>, ServeError> {
             broker,
             config.caps,
         )
-        .with_ready_instances(config.ready_instances),
+        .with_ready_instances(config.ready_instances)
+        .with_inline(config.inline),
     ))
 }
 
 /// The front end's runtime: `threads` threads take connections, parse requests and write
-/// answers, beside the guest threads.
+/// answers, beside the call threads. A quick call runs on the thread that read its request
+/// ([`calls::SLICE`]): so they have the call threads' stack, and a thread that goes idle drops
+/// what its last call left.
 fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .thread_name("hako-serve")
+        .thread_stack_size(GUEST_STACK_BYTES)
+        .on_thread_park(calls::drop_left_here)
         .enable_all()
         .build()
 }

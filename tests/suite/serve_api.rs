@@ -849,7 +849,9 @@ fn a_guest_thread_makes_its_next_instance_ahead_within_the_operators_bound() {
             server.metric("hako_ready_instances") == 1.0
         });
     };
-    let server = Server::start(store.path(), &["--workers", "1"]);
+    // Every call on the one call thread: calls run on the front end's thread hold theirs there
+    // (`serve_waits::quick_calls_on_the_front_end_run_on_instances_made_there`).
+    let server = Server::start(store.path(), &["--workers", "1", "--no-inline"]);
     assert!(!greet(&server, json!({})), "the first call makes its own");
     made_ahead(&server);
     assert!(

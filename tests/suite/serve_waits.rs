@@ -58,8 +58,9 @@ fn many_sleeping_calls_run_at_once_beside_one_permit() {
     assert_eq!(server.metric("hako_calls_waiting"), 0.0);
 }
 
-#[test]
-fn calls_waiting_on_the_brokers_https_answers_run_at_once() {
+/// A local HTTPS server, and a server with one run slot whose policy lets the fixture reach it
+/// (the policy's folder is kept alive beside them).
+fn serving_with_https() -> (TestServer, Server, tempfile::TempDir, tempfile::TempDir) {
     let https = TestServer::start();
     let conf = tempfile::tempdir().unwrap();
     https.write_ca(&conf.path().join("test-ca.pem"));
@@ -78,6 +79,12 @@ fn calls_waiting_on_the_brokers_https_answers_run_at_once() {
         store.path(),
         &["--workers", "1", "--policy", policy.to_str().unwrap()],
     );
+    (https, server, conf, store)
+}
+
+#[test]
+fn calls_waiting_on_the_brokers_https_answers_run_at_once() {
+    let (https, server, _conf, _store) = serving_with_https();
     let url = format!("{}/delay/1500", https.base("localhost"));
     let waiters: Vec<_> = (0..16)
         .map(|_| {
@@ -260,4 +267,135 @@ fn every_call_leaves_one_access_record_naming_its_package_door_and_outcome() {
         sleep["total_ms"].as_f64().unwrap() >= sleep["wait_ms"].as_f64().unwrap(),
         "{sleep}"
     );
+}
+
+/// Calls the fixture's `echo` until one is answered on the front end's thread: a package earns
+/// that by quick calls on call threads (its first, which loads the module, may not be one).
+fn earn_inline(server: &Server) {
+    for _ in 0..10 {
+        let echoed = outcome(server.post_json(
+            "/v1/packages/fixture/call",
+            &json!({"tool": "echo", "arguments": {"said": "x"}}),
+        ));
+        assert_eq!(echoed["outcome"], "ok", "{echoed}");
+        if server.metric("hako_calls_inline_total") >= 1.0 {
+            return;
+        }
+    }
+    panic!("ten quick calls and none ran on the front end's thread");
+}
+
+#[test]
+fn a_call_on_the_front_end_that_waits_on_the_broker_is_moved_before_it_sends_anything() {
+    let (https, server, _conf, _store) = serving_with_https();
+    earn_inline(&server);
+    let url = format!("{}/delay/50", https.base("localhost"));
+    let fetched = outcome(server.post_json(
+        "/v1/packages/fixture/call",
+        &json!({"tool": "http", "arguments": {"request": {"url": url}}}),
+    ));
+    assert_eq!(fetched["outcome"], "ok", "{fetched}");
+    let answer: Value =
+        serde_json::from_str(fetched["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(answer["ok"]["body"]["text"], "after 50 ms", "{answer}");
+    assert_eq!(server.metric("hako_calls_moved_total"), 1.0);
+    // Moved before the request was judged or sent: the HTTPS server saw it once, from the run
+    // on the call thread.
+    assert_eq!(https.seen().len(), 1, "{:?}", https.seen());
+    // The package lost its place on the front end: its next call runs on a call thread.
+    let inline = server.metric("hako_calls_inline_total");
+    let echoed = outcome(server.post_json(
+        "/v1/packages/fixture/call",
+        &json!({"tool": "echo", "arguments": {"said": "y"}}),
+    ));
+    assert_eq!(echoed["outcome"], "ok", "{echoed}");
+    assert_eq!(server.metric("hako_calls_inline_total"), inline);
+    let metrics = server.get("/metrics").text();
+    assert!(
+        metrics.contains("hako_package_calls_total{package=\"fixture\",outcome=\"ok\"}"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_call_on_the_front_end_that_sleeps_is_moved_and_sleeps_on_a_call_thread() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &["--workers", "1"]);
+    earn_inline(&server);
+    let calls_before = server.metric("hako_calls_total{outcome=\"ok\"}");
+    let slept = outcome(server.post_json(
+        "/v1/packages/fixture/call",
+        &json!({"tool": "sleep", "arguments": {"ms": 100}}),
+    ));
+    assert_eq!(slept["outcome"], "ok", "{slept}");
+    assert!(
+        slept["stats"]["wait_us"].as_u64().unwrap() >= 100_000,
+        "{slept}"
+    );
+    assert_eq!(server.metric("hako_calls_moved_total"), 1.0);
+    // Counted once: the run that was moved is not a call of its own.
+    assert_eq!(
+        server.metric("hako_calls_total{outcome=\"ok\"}"),
+        calls_before + 1.0
+    );
+}
+
+#[test]
+fn a_call_on_the_front_end_past_its_slice_is_moved_and_ends_at_its_own_limit() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &["--workers", "1"]);
+    earn_inline(&server);
+    let spun = outcome(server.post_json(
+        "/v1/packages/fixture/call",
+        &json!({"tool": "spin", "limits": {"timeout_ms": 400}}),
+    ));
+    assert_eq!(spun["outcome"], "crashed", "{spun}");
+    assert_eq!(spun["crash"]["kind"], "timeout", "{spun}");
+    assert_eq!(
+        spun["crash"]["message"], "the call ran past its time limit of 400 ms",
+        "{spun}"
+    );
+    assert_eq!(server.metric("hako_calls_moved_total"), 1.0);
+    // The front end was held for the slice only: another package's call went through while
+    // the loop ran on its call thread.
+    let spinning = send(
+        server.addr,
+        "fixture",
+        json!({"tool": "spin", "limits": {"timeout_ms": 3000}}),
+    );
+    server.wait_until("the loop runs", |s| s.metric("hako_calls_running") == 1.0);
+    let greet = outcome(server.post_json(
+        "/v1/packages/greet/call",
+        &json!({"tool": "greet", "arguments": {"name": "Ada"}}),
+    ));
+    assert_eq!(greet["outcome"], "ok", "{greet}");
+    assert_eq!(
+        server.metric("hako_calls_in_flight"),
+        1.0,
+        "the loop still runs"
+    );
+    assert_eq!(
+        outcome(spinning.join().unwrap())["crash"]["kind"],
+        "timeout"
+    );
+}
+
+#[test]
+fn quick_calls_on_the_front_end_run_on_instances_made_there() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &["--workers", "1"]);
+    earn_inline(&server);
+    let inline = server.metric("hako_calls_inline_total");
+    let ready = server.metric("hako_calls_ready_total");
+    for said in ["a", "b", "c"] {
+        let echoed = outcome(server.post_json(
+            "/v1/packages/fixture/call",
+            &json!({"tool": "echo", "arguments": {"said": said}}),
+        ));
+        assert_eq!(echoed["outcome"], "ok", "{echoed}");
+        assert_eq!(echoed["stats"]["ready"], true, "{echoed}");
+    }
+    assert_eq!(server.metric("hako_calls_inline_total"), inline + 3.0);
+    assert_eq!(server.metric("hako_calls_ready_total"), ready + 3.0);
+    assert_eq!(server.metric("hako_calls_moved_total"), 0.0);
 }
