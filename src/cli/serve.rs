@@ -76,8 +76,8 @@ pub struct ServeArgs {
     /// end's threads; 0: none; at most --max-calls).
     #[arg(long, value_name = "N")]
     ready_instances: Option<usize>,
-    /// Front-end threads, which take connections, parse requests and write answers beside
-    /// the call threads (default: one per two cores, at least one; at most 1024).
+    /// Front-end threads, which take connections, parse requests, run quick calls and write
+    /// answers, beside the call threads (default: one per core; at most 1024).
     #[arg(long, value_name = "N")]
     http_threads: Option<usize>,
     /// Run every call on a call thread: by default a package whose calls have been quick has

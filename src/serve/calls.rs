@@ -1,7 +1,10 @@
 //! Calls as the server makes them: the packages it serves (kept in memory, checked against
 //! the store's current version on each use, so an upload is seen at once), and one tool call
 //! taken from request to outcome — admitted within the bound on calls in flight
-//! ([`Admission`]) or refused at once, given a thread of its own ([`CallThreads`]), run while
+//! ([`Admission`]) or refused at once, run on the front end's thread that read it when its
+//! package's calls have been quick ([`SLICE`]: moved to a call thread at its first wait or past
+//! its slice, and run again from its start there) or else given a thread of its own
+//! ([`CallThreads`]), run while
 //! it holds one of its package's run permits ([`RunPermits`], given up while a host call
 //! waits), its module loaded through the one shared [`ModuleCache`], run with the package's
 //! network policy and the one broker of the server, counted in [`Metrics`]; after its answer,

@@ -76,7 +76,7 @@ pub struct ServeConfig {
 
 impl ServeConfig {
     /// The defaults for a store: loopback port 7340, no token, one run permit per core for
-    /// each package, 1,024 calls in flight, one front-end thread per two cores, 4 MiB bodies, 128 MiB
+    /// each package, 1,024 calls in flight, one front-end thread per core (quick calls run on them), 4 MiB bodies, 128 MiB
     /// uploads, 15 s keepalives, 45 s drain (longer than a call's default 30 s limit), 30 s for
     /// a request's headers, its body and a stalled write each.
     pub fn new(store: PathBuf) -> Self {
@@ -91,7 +91,7 @@ impl ServeConfig {
             engine: EngineConfig::DEFAULT,
             workers: cores,
             max_calls: DEFAULT_MAX_CALLS,
-            http_threads: (cores / 2).max(1),
+            http_threads: cores,
             ready_instances: 0,
             inline: true,
             module_cache_bytes: crate::store::DEFAULT_CACHE_BYTES,

@@ -272,7 +272,7 @@ fn every_call_leaves_one_access_record_naming_its_package_door_and_outcome() {
 /// Calls the fixture's `echo` until one is answered on the front end's thread: a package earns
 /// that by quick calls on call threads (its first, which loads the module, may not be one).
 fn earn_inline(server: &Server) {
-    for _ in 0..10 {
+    for _ in 0..20 {
         let echoed = outcome(server.post_json(
             "/v1/packages/fixture/call",
             &json!({"tool": "echo", "arguments": {"said": "x"}}),
@@ -282,7 +282,7 @@ fn earn_inline(server: &Server) {
             return;
         }
     }
-    panic!("ten quick calls and none ran on the front end's thread");
+    panic!("twenty quick calls and none ran on the front end's thread");
 }
 
 #[test]
@@ -383,7 +383,8 @@ fn a_call_on_the_front_end_past_its_slice_is_moved_and_ends_at_its_own_limit() {
 #[test]
 fn quick_calls_on_the_front_end_run_on_instances_made_there() {
     let store = serve_support::store();
-    let server = Server::start(store.path(), &["--workers", "1"]);
+    // One front-end thread: each call runs where the last one left its instance ahead.
+    let server = Server::start(store.path(), &["--workers", "1", "--http-threads", "1"]);
     earn_inline(&server);
     let inline = server.metric("hako_calls_inline_total");
     let ready = server.metric("hako_calls_ready_total");
