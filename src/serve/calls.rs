@@ -15,6 +15,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -294,8 +295,10 @@ impl Calls {
         self.served.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Admits a call of `tool` on `package` and starts it on a thread of its own, or refuses it
-    /// at once; the receiver yields the outcome once it has run.
+    /// Admits a call of `tool` on `package` and runs it here, on the front end's thread (a
+    /// quick package's call, given its permit and a slot at once: [`SLICE`]), or starts it on a
+    /// thread of its own (at once, or when its package's line gives it a permit); or refuses it
+    /// at once. The receiver yields the outcome once it has run.
     pub fn submit(
         self: &Arc<Self>,
         package: Arc<Served>,
@@ -556,7 +559,9 @@ thread_local! {
 /// front end's runtime calls it when a thread goes idle.
 pub fn drop_left_here() {
     let left = LEFT_HERE.with(|left| left.borrow_mut().take());
-    drop(left);
+    if left.is_some() && catch_unwind(AssertUnwindSafe(|| drop(left))).is_err() {
+        tracing::error!("what a call left panicked as it was dropped");
+    }
 }
 
 /// Whether this thread is one of the front end's (a worker of a multi-threaded runtime),
@@ -852,13 +857,12 @@ fn metered(
     call: impl FnOnce() -> Result<CallOutcome, CallError>,
 ) -> (Result<CallOutcome, CallError>, Duration) {
     let started = Instant::now();
-    let result =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).unwrap_or_else(|_| {
-            tracing::error!("a call panicked in the host");
-            Err(CallError::Host(
-                "the call failed in the host (it panicked)".into(),
-            ))
-        });
+    let result = catch_unwind(AssertUnwindSafe(call)).unwrap_or_else(|_| {
+        tracing::error!("a call panicked in the host");
+        Err(CallError::Host(
+            "the call failed in the host (it panicked)".into(),
+        ))
+    });
     let took = started.elapsed();
     // A moved run is counted once, when it runs again.
     if !moved() {
