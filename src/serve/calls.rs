@@ -951,6 +951,46 @@ impl LimitCaps {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An outcome whose run took `run_us` and waited `wait_us` in host calls.
+    fn ran(run_us: u64, wait_us: u64) -> CallOutcome {
+        let mut outcome = waited_past_limit(Limits::CALL);
+        let stats = outcome.stats_mut();
+        stats.run_us = run_us;
+        stats.wait_us = wait_us;
+        outcome
+    }
+
+    #[test]
+    fn a_package_earns_the_front_end_by_quick_calls_in_a_row_and_loses_it_when_moved() {
+        let credit = InlineCredit::default();
+        assert!(
+            !credit.allows(),
+            "a new package's calls run on call threads"
+        );
+        credit.ran(&ran(200, 0));
+        assert!(!credit.allows());
+        // A call that waited, or took half a slice, starts the row again.
+        credit.ran(&ran(200, 1));
+        credit.ran(&ran(200, 0));
+        assert!(!credit.allows());
+        credit.ran(&ran(SLICE.as_micros() as u64 / 2, 0));
+        credit.ran(&ran(200, 0));
+        assert!(!credit.allows());
+        credit.ran(&ran(200, 0));
+        assert!(credit.allows(), "two quick calls in a row");
+        credit.ran(&ran(200, 0));
+        assert!(credit.allows());
+        credit.moved();
+        assert!(!credit.allows());
+        let needed = InlineCredit::EARNED - InlineCredit::MOVED;
+        for _ in 1..needed {
+            credit.ran(&ran(200, 0));
+        }
+        assert!(!credit.allows(), "a moved call costs many quick calls");
+        credit.ran(&ran(200, 0));
+        assert!(credit.allows());
+    }
     use serde_json::json;
 
     #[test]
