@@ -417,6 +417,11 @@ impl Calls {
                     let (outcome, left) =
                         self.run_counted(package, tool, arguments, limits, gate, &moved)?;
                     teardown = left;
+                    // One that computed for half a slice or more sends the next to a call
+                    // thread (a moved one is counted below).
+                    if !moved() {
+                        package.inline.ran(&outcome);
+                    }
                     outcome
                 }
             };
@@ -573,8 +578,9 @@ fn on_front_end() -> bool {
 
 /// Whether a package's calls run on the front end's thread, with no hand-off to a thread of
 /// their own. A call that ran there and waited or outran its slice was moved, and ran again on
-/// a thread; so a package earns it by calls that neither wait nor compute long, and loses it
-/// for many calls when one is moved (a package whose calls vary costs the front end a slice
+/// a thread; so a package earns it by calls that neither wait nor compute long, loses it when
+/// one computes for half a slice or more (wherever it ran), and loses it for many calls when
+/// one is moved (a package whose calls vary costs the front end a slice
 /// now and then, not at every call).
 #[derive(Default)]
 struct InlineCredit(AtomicI32);
@@ -590,8 +596,8 @@ impl InlineCredit {
         self.0.load(Ordering::Relaxed) >= Self::EARNED
     }
 
-    /// A call ran on a thread of its own: quick, if it never waited and took less than half
-    /// a slice, loading included.
+    /// A call ran to its answer: quick, if it never waited and took less than half a slice,
+    /// loading included.
     fn ran(&self, outcome: &CallOutcome) {
         let stats = outcome.stats();
         let took = Duration::from_micros(stats.load_us.saturating_add(stats.run_us));

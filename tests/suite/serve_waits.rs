@@ -355,6 +355,29 @@ fn a_call_on_the_front_end_past_its_slice_is_moved_and_ends_at_its_own_limit() {
 }
 
 #[test]
+fn a_call_on_the_front_end_that_computes_for_half_a_slice_sends_the_next_to_a_call_thread() {
+    let store = serve_support::store();
+    let server = Server::start(store.path(), &["--workers", "1"]);
+    earn_inline(&server);
+    let inline = server.metric("hako_calls_inline_total");
+    // A loop ended by its own 7 ms limit, within the 10 ms slice: answered where it ran.
+    let spun = call_fixture(
+        &server,
+        json!({"tool": "spin", "limits": {"timeout_ms": 7}}),
+    );
+    assert_eq!(spun["crash"]["kind"], "timeout", "{spun}");
+    assert_eq!(server.metric("hako_calls_inline_total"), inline + 1.0);
+    assert_eq!(server.metric("hako_calls_moved_total"), 0.0);
+    let echoed = call_fixture(&server, json!({"tool": "echo", "arguments": {"said": "z"}}));
+    assert_eq!(echoed["outcome"], "ok", "{echoed}");
+    assert_eq!(
+        server.metric("hako_calls_inline_total"),
+        inline + 1.0,
+        "the call after it ran on a call thread"
+    );
+}
+
+#[test]
 fn quick_calls_on_the_front_end_run_on_instances_made_there() {
     let store = serve_support::store();
     // One front-end thread: each call runs where the last one left its instance ahead.
