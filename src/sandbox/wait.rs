@@ -64,6 +64,10 @@ impl Waits {
 
     /// Runs `wait`, which waits on something outside the guest, with the run's gate given up.
     pub fn wait<T>(&self, wait: impl FnOnce() -> T) -> T {
+        debug_assert!(
+            self.slice().is_none(),
+            "a run that shares its thread never waits: its host call asks Waits::moves first"
+        );
         let started = Instant::now();
         let _paused = self
             .gate

@@ -76,9 +76,9 @@ pub struct ServeConfig {
 
 impl ServeConfig {
     /// The defaults for a store: loopback port 7340, no token, one run permit per core for
-    /// each package, 1,024 calls in flight, one front-end thread per core (quick calls run on them), 4 MiB bodies, 128 MiB
-    /// uploads, 15 s keepalives, 45 s drain (longer than a call's default 30 s limit), 30 s for
-    /// a request's headers, its body and a stalled write each.
+    /// each package, 1,024 calls in flight, one front-end thread per core (quick calls run on
+    /// them), 4 MiB bodies, 128 MiB uploads, 15 s keepalives, 45 s drain (longer than a call's
+    /// default 30 s limit), 30 s for a request's headers, its body and a stalled write each.
     pub fn new(store: PathBuf) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let mut config = Self {

@@ -1,6 +1,7 @@
 //! The call threads: every call in flight that is not run on the front end's thread (a quick
 //! call, [`super::calls::SLICE`]) runs on an OS thread of its own, from the start of its call to
-//! its answer, so that a call that waits (a sleep, the broker's answer) blocks only itself. Threads are made as calls arrive and kept idle for the next ones: the most recently
+//! its answer, so that a call that waits (a sleep, the broker's answer) blocks only itself.
+//! Threads are made as calls arrive and kept idle for the next ones: the most recently
 //! idle thread takes the next call (it holds the instance its last call made ahead), a few
 //! stay for good, and the others end after [`IDLE_FOR`] without work.
 //!
