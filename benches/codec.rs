@@ -161,7 +161,7 @@ fn greet_stdout_bytes() -> u64 {
         ToolRequest {
             program: "greet",
             tool: "greet",
-            arguments: json!({"name": "Ada"}),
+            arguments: Arc::new(json!({"name": "Ada"})),
             limits: Limits::CALL,
             mounts: Mounts::fresh(None),
             network: Network {

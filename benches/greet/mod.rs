@@ -32,7 +32,7 @@ pub fn greet(module: &Arc<dyn Module>, network: &Network) {
         ToolRequest {
             program: "greet",
             tool: "greet",
-            arguments: serde_json::json!({"name": "Ada"}),
+            arguments: Arc::new(serde_json::json!({"name": "Ada"})),
             limits: Limits::CALL,
             mounts: Mounts::fresh(None),
             network: network.clone(),

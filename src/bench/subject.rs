@@ -315,7 +315,7 @@ fn host_call(
     let request = ToolRequest {
         program: &workload.program,
         tool: &workload.tool,
-        arguments: workload.arguments.clone(),
+        arguments: Arc::new(workload.arguments.clone()),
         limits: Limits::CALL,
         mounts: Mounts::fresh(workload.assets.clone()),
         network: network.clone(),

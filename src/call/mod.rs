@@ -31,7 +31,7 @@ use session::{Conversation, Next};
 /// The one request of a tool call, and its answer once given.
 struct ToolCall {
     tool: String,
-    arguments: serde_json::Value,
+    arguments: Arc<serde_json::Value>,
     result: Option<CallResult>,
 }
 
@@ -66,8 +66,9 @@ pub struct ToolRequest<'a> {
     /// The name the guest sees as `argv[0]`.
     pub program: &'a str,
     pub tool: &'a str,
-    /// The arguments, a JSON object.
-    pub arguments: serde_json::Value,
+    /// The arguments, a JSON object: shared, so that a call run again (a server's call moved
+    /// off its front-end thread) does not copy what its client sent.
+    pub arguments: Arc<serde_json::Value>,
     pub limits: Limits,
     pub mounts: Mounts,
     pub network: Network,

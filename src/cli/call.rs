@@ -4,6 +4,7 @@
 
 use std::io::Read;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
@@ -151,7 +152,7 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
     let request = ToolRequest {
         program: &name,
         tool: &args.tool,
-        arguments,
+        arguments: Arc::new(arguments),
         limits,
         mounts: Mounts {
             volume_tmp: args

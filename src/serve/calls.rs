@@ -4,9 +4,8 @@
 //! ([`Admission`]) or refused at once, run on the front end's thread that read it when its
 //! package's calls have been quick ([`SLICE`]: moved to a call thread at its first wait or past
 //! its slice, and run again from its start there) or else given a thread of its own
-//! ([`CallThreads`]), run while
-//! it holds one of its package's run permits ([`RunPermits`], given up while a host call
-//! waits), its module loaded through the one shared [`ModuleCache`], run with the package's
+//! ([`CallThreads`]), run while it holds one of its package's run permits ([`RunPermits`],
+//! given up while a host call waits), its module loaded through the one shared [`ModuleCache`], run with the package's
 //! network policy and the one broker of the server, counted in [`Metrics`]; after its answer,
 //! its thread makes an instance of the same module for its next call (`--ready-instances`).
 //!
@@ -334,22 +333,20 @@ impl Calls {
             calls: Arc::clone(self),
             package,
             tool,
-            arguments,
+            arguments: Arc::new(arguments),
             limits,
             origin,
             number,
             permit: Arc::clone(&permit),
-            admitted,
-            answer,
             queued_at,
         };
         let start: Start = Box::new(move |granted| {
             // Only the start `submit` makes itself runs here: a call started from its line
             // is started by the thread that gave a permit back, which must not run it.
             if granted && INLINE_HERE.with(|here| here.replace(false)) {
-                pending.run_here();
+                pending.run_here(answer, admitted);
             } else {
-                pending.dispatch(granted, true);
+                pending.dispatch(answer, admitted, granted, true);
             }
         });
         // A call that waits in line past its time limit is taken out at its deadline and
@@ -377,53 +374,32 @@ impl Calls {
             .map_err(|_| CallError::Host("the call's thread lost the call".into()))?
     }
 
-    /// Runs one call on the current thread, with `permit` held while it computes (`granted`:
-    /// it was given one; else its time ran out in line), giving `gate` up while it waits;
-    /// hands back its outcome and what is left of the run, to drop once the outcome is sent:
-    /// the permit, given back first (to the next call in line, which then runs on this
-    /// thread), then the run's instance and memory (the call counts as in flight until they
-    /// are gone). A run on the front end's thread that was moved ([`Inline`]) is neither
-    /// counted nor recorded: it hands back its admission, for the run on a thread of its own.
-    fn run(
-        &self,
-        call: Call<'_>,
-        arguments: serde_json::Value,
-        permit: &Arc<CallPermit>,
-        gate: Gate<'_>,
-        admitted: Admitted,
-    ) -> Ran {
-        let Call {
+    /// Runs `call` on the current thread, holding its permit while it computes, given up while
+    /// it waits (`gate`: on a thread of its own, `granted` a permit or not, its time having run
+    /// out in line; or on the front end's thread, holding it throughout); hands back its
+    /// outcome and what is left of the run, to drop once the outcome is sent: the permit,
+    /// given back first (to the next call in line, which then runs on this thread), then the
+    /// run's instance and memory (the call counts as in flight until they are gone). A run on
+    /// the front end's thread that was moved ([`Inline`]) is neither counted nor recorded: it
+    /// hands back its admission, for the run on a thread of its own.
+    fn run(&self, call: &Pending, gate: Gate<'_>, admitted: Admitted) -> Ran {
+        let Pending {
             package,
             tool,
             limits,
+            permit,
             ..
         } = call;
         let mut teardown = Teardown::default();
-        let moved = || matches!(gate, Gate::Inline(inline) if inline.moved());
+        let moved = || gate.inline().is_some_and(|inline| inline.moved());
         let (outcome, took) = metered(&self.metrics, &package.counters, &moved, || {
             // The line for a permit is bounded by the call's own time limit.
-            let mut outcome = match gate {
-                Gate::Permit { granted: false } => waited_past_limit(limits),
-                Gate::Permit { granted: true } => {
-                    let gate = Arc::clone(permit) as Arc<dyn RunGate>;
-                    let (outcome, left) =
-                        self.run_counted(package, tool, arguments, limits, gate, &|| false)?;
-                    teardown = left;
-                    package.inline.ran(&outcome);
-                    outcome
-                }
-                Gate::Inline(inline) => {
-                    let gate = Arc::clone(inline) as Arc<dyn RunGate>;
-                    let (outcome, left) =
-                        self.run_counted(package, tool, arguments, limits, gate, &moved)?;
-                    teardown = left;
-                    // One that computed for half a slice or more sends the next to a call
-                    // thread (a moved one is counted below).
-                    if !moved() {
-                        package.inline.ran(&outcome);
-                    }
-                    outcome
-                }
+            let mut outcome = if let Gate::Permit { granted: false } = gate {
+                waited_past_limit(*limits)
+            } else {
+                let (outcome, left) = self.run_counted(call, gate)?;
+                teardown = left;
+                outcome
             };
             outcome.stats_mut().queue_us = permit.queued_us();
             Ok(outcome)
@@ -433,12 +409,17 @@ impl Calls {
             self.metrics.moved();
             return Err(Moved(admitted));
         }
-        if let Gate::Inline(_) = gate {
+        if gate.inline().is_some() {
             self.metrics.called_inline();
+        }
+        if let Ok(outcome) = &outcome {
+            // One that computed for half a slice or more, wherever, sends the next to a call
+            // thread.
+            package.inline.ran(outcome);
         }
         Record {
             number: call.number,
-            origin: call.origin,
+            origin: &call.origin,
             package: package.name(),
             version: &package.stored.record.version,
             tool,
@@ -449,15 +430,26 @@ impl Calls {
         Ok((outcome, (GiveBack(Arc::clone(permit)), teardown, admitted)))
     }
 
+    /// Loads `call`'s module and runs the call, giving `gate` (a granted permit, or the front
+    /// end's [`Inline`]) what it gives up while it waits.
     fn run_counted(
         &self,
-        package: &Served,
-        tool: &str,
-        arguments: serde_json::Value,
-        limits: Limits,
-        gate: Arc<dyn RunGate>,
-        moved: &dyn Fn() -> bool,
+        call: &Pending,
+        gate: Gate<'_>,
     ) -> Result<(CallOutcome, Teardown), CallError> {
+        let Pending {
+            package,
+            tool,
+            arguments,
+            limits,
+            permit,
+            ..
+        } = call;
+        let (limits, inline) = (*limits, gate.inline());
+        let gate = match inline {
+            Some(inline) => Arc::clone(inline) as Arc<dyn RunGate>,
+            None => Arc::clone(permit) as Arc<dyn RunGate>,
+        };
         let record = &package.stored.record;
         let loaded = self
             .store
@@ -478,7 +470,7 @@ impl Calls {
         let request = ToolRequest {
             program: &record.name,
             tool,
-            arguments,
+            arguments: Arc::clone(arguments),
             limits,
             mounts: Mounts {
                 volume_tmp: self.volume_tmp.clone(),
@@ -509,14 +501,15 @@ impl Calls {
         // A moved run makes nothing ahead: its call runs again elsewhere.
         let after = AfterCall {
             teardown,
-            next: (self.ready_instances > 0 && !moved() && follows_itself(&loaded.module)).then(
-                || Next {
-                    module: loaded.module,
-                    limits,
-                    held: self.metrics.ready_instances(),
-                    max: self.ready_instances,
-                },
-            ),
+            next: (self.ready_instances > 0
+                && !inline.is_some_and(|inline| inline.moved())
+                && follows_itself(&loaded.module))
+            .then(|| Next {
+                module: loaded.module,
+                limits,
+                held: self.metrics.ready_instances(),
+                max: self.ready_instances,
+            }),
         };
         Ok((outcome, Teardown::new(after)))
     }
@@ -580,8 +573,8 @@ fn on_front_end() -> bool {
 /// their own. A call that ran there and waited or outran its slice was moved, and ran again on
 /// a thread; so a package earns it by calls that neither wait nor compute long, loses it when
 /// one computes for half a slice or more (wherever it ran), and loses it for many calls when
-/// one is moved (a package whose calls vary costs the front end a slice
-/// now and then, not at every call).
+/// one is moved (a package whose calls vary costs the front end a slice now and then, not at
+/// every call).
 #[derive(Default)]
 struct InlineCredit(AtomicI32);
 
@@ -654,6 +647,15 @@ enum Gate<'a> {
     Inline(&'a Arc<Inline>),
 }
 
+impl<'a> Gate<'a> {
+    fn inline(self) -> Option<&'a Arc<Inline>> {
+        match self {
+            Gate::Inline(inline) => Some(inline),
+            Gate::Permit { .. } => None,
+        }
+    }
+}
+
 /// How a run ended: with its outcome and what it left (see [`Calls::run`]), or moved.
 type Ran = Result<(Result<CallOutcome, CallError>, Left), Moved>;
 
@@ -664,52 +666,34 @@ type Left = (GiveBack, Teardown, Admitted);
 /// A run moved off the front end's thread, with the call's place among the calls in flight.
 struct Moved(Admitted);
 
-/// An admitted call, before it runs.
+/// An admitted call: what it calls, under which limits, from where, its number and its
+/// permit. Its answer's sender and its admission travel beside it.
 struct Pending {
     calls: Arc<Calls>,
     package: Arc<Served>,
     tool: String,
-    arguments: serde_json::Value,
+    arguments: Arc<serde_json::Value>,
     limits: Limits,
     origin: Origin,
     number: u64,
     permit: Arc<CallPermit>,
-    admitted: Admitted,
-    answer: tokio::sync::oneshot::Sender<Result<CallOutcome, CallError>>,
     queued_at: Instant,
 }
+
+/// Where a call's outcome goes.
+type Answer = tokio::sync::oneshot::Sender<Result<CallOutcome, CallError>>;
 
 impl Pending {
     /// Runs the call on a thread of its own (`granted`: with a permit; else its time ran out
     /// in line). `first`: it has not been started before (a moved call has).
-    fn dispatch(self, granted: bool, first: bool) {
-        let Pending {
-            calls,
-            package,
-            tool,
-            arguments,
-            limits,
-            origin,
-            number,
-            permit,
-            admitted,
-            answer,
-            queued_at,
-        } = self;
-        let threads = Arc::clone(&calls.execution.threads);
-        let lost = (Arc::clone(&calls), Arc::clone(&permit));
+    fn dispatch(self, answer: Answer, admitted: Admitted, granted: bool, first: bool) {
+        let threads = Arc::clone(&self.calls.execution.threads);
+        let lost = (Arc::clone(&self.calls), Arc::clone(&self.permit));
         let job = Job::answering(answer, move || {
             if first {
-                permit.started(granted, queued_at.elapsed());
+                self.permit.started(granted, self.queued_at.elapsed());
             }
-            let call = Call {
-                package: &package,
-                tool: &tool,
-                limits,
-                origin: &origin,
-                number,
-            };
-            match calls.run(call, arguments, &permit, Gate::Permit { granted }, admitted) {
+            match self.calls.run(&self, Gate::Permit { granted }, admitted) {
                 Ok((outcome, left)) => (outcome, Some(left)),
                 Err(_) => unreachable!("only a run on the front end's thread is moved"),
             }
@@ -729,31 +713,18 @@ impl Pending {
     /// Runs the call here, on the front end's thread, holding its permit: answered at once if
     /// it neither waits nor outruns its slice, else moved to a thread of its own, where it runs
     /// again from its start (it has sent nothing: it was moved before its first wait).
-    fn run_here(self) {
+    fn run_here(self, answer: Answer, admitted: Admitted) {
         self.permit.started(true, self.queued_at.elapsed());
         let inline = Arc::new(Inline::default());
-        let call = Call {
-            package: &self.package,
-            tool: &self.tool,
-            limits: self.limits,
-            origin: &self.origin,
-            number: self.number,
-        };
-        let ran = self.calls.run(
-            call,
-            self.arguments.clone(),
-            &self.permit,
-            Gate::Inline(&inline),
-            self.admitted,
-        );
-        match ran {
+        match self.calls.run(&self, Gate::Inline(&inline), admitted) {
             Ok((outcome, (give_back, teardown, admitted))) => {
                 // The permit first, to the next call in line; the rest once answered.
                 drop(give_back);
-                let _ = self.answer.send(outcome);
+                let _ = answer.send(outcome);
+                drop_left_here();
                 LEFT_HERE.with(|left| *left.borrow_mut() = Some((teardown, admitted)));
             }
-            Err(Moved(admitted)) => Pending { admitted, ..self }.dispatch(true, false),
+            Err(Moved(admitted)) => self.dispatch(answer, admitted, true, false),
         }
     }
 }
@@ -765,16 +736,6 @@ impl Drop for GiveBack {
     fn drop(&mut self) {
         self.0.release();
     }
-}
-
-/// One call as admitted: what it calls, under which limits, from where, and its number.
-#[derive(Clone, Copy)]
-struct Call<'a> {
-    package: &'a Served,
-    tool: &'a str,
-    limits: Limits,
-    origin: &'a Origin,
-    number: u64,
 }
 
 /// An instance a call thread made ahead of its next call and [keeps](threads::keep) meanwhile,
@@ -853,9 +814,10 @@ fn waited_past_limit(limits: Limits) -> CallOutcome {
     }
 }
 
-/// Runs `call`, counted in `metrics` from start to finish; hands back its result and how long
-/// it took. A call that panics is counted as a host failure and answered as one, so that it
-/// neither stays "in flight" for good nor leaves its client without an answer.
+/// Runs `call`, counted in `metrics` from start to finish (unless it was `moved`: it is
+/// counted once, when it runs again); hands back its result and how long it took. A call that
+/// panics is counted as a host failure and answered as one, so that it neither stays "in
+/// flight" for good nor leaves its client without an answer.
 fn metered(
     metrics: &Metrics,
     package: &PackageCounters,
@@ -870,7 +832,6 @@ fn metered(
         ))
     });
     let took = started.elapsed();
-    // A moved run is counted once, when it runs again.
     if !moved() {
         metrics.finished(package, result.as_ref().ok(), took);
     }

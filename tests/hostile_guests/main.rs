@@ -427,7 +427,7 @@ impl Fuzzer {
         ToolRequest {
             program: "hostile",
             tool: "hostile",
-            arguments: serde_json::json!({}),
+            arguments: Arc::new(serde_json::json!({})),
             limits,
             mounts,
             network: Network {

@@ -132,7 +132,7 @@ impl Call {
             ToolRequest {
                 program: "fixture",
                 tool: &self.tool,
-                arguments: self.arguments.clone(),
+                arguments: Arc::new(self.arguments.clone()),
                 limits: self.limits,
                 mounts: self.mounts.clone(),
                 network: Network {
