@@ -6,9 +6,9 @@
 # whose only costs were HTTP and the call would reach the composed ceiling
 # 1 / (1/in-process + 1/healthz).
 #
-# The three endpoints are measured in ROUNDS interleaved rounds (healthz, API, MCP, then again),
-# so that a slow spell of a shared machine falls on all three; each round's call rates are
-# divided by that round's ceiling, and the medians over the rounds are printed, with wrk's p50
+# The four are measured in ROUNDS interleaved rounds (healthz, in process, API, MCP, then
+# again), so that a slow spell of a shared machine falls on all four; each round's call rates
+# are divided by that round's ceiling, and the medians over the rounds are printed, with wrk's p50
 # and p99 of the median round. Beside the rates, the server's CPU time per request (user +
 # system, from /proc) is printed for each endpoint: what a call costs the server over what a
 # /healthz request does, against what the call costs in process (threads / calls/s), is what
@@ -88,20 +88,20 @@ median() {
   sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'
 }
 
-echo "machine: $(nproc) cores, $(uname -srm); hako serve --workers $workers ${pinned_args:+$pinned_args }${SERVE_ARGS:+$SERVE_ARGS }(wasmer, cranelift); wrk -t$threads -c$connections ${pinned_wrk:+on CPU 1, the server and the in-process bench on CPU 0}${pinned_wrk:-on the same cores}, $rounds rounds of ${duration}s per endpoint"
+echo "machine: $(nproc) cores, $(uname -srm); hako serve --workers $workers ${pinned_args:+$pinned_args }${SERVE_ARGS:+$SERVE_ARGS }(wasmer, cranelift); wrk -t$threads -c$connections $([[ -n "$pinned_wrk" ]] && echo "on CPU 1, the server and the in-process bench on CPU 0" || echo "on the same cores"), $rounds rounds of ${duration}s per endpoint"
 for package in "${packages[@]}"; do
   [[ -f "$package/module.wasm" ]] || { echo "$package has no module.wasm (benches/packages/build.sh builds the corpus)" >&2; exit 1; }
   name="$(jq -r .name "$package/subako-package.json")"
   tool="$(jq -r .tool "$package/bench.json")"
   args="$(jq -c .args "$package/bench.json")"
 
-  # The in-process figure moves between runs of hako bench; the median of five is the one used.
-  inproc="$(for _ in 1 2 3 4 5; do
+  # The in-process calls/s of one run of hako bench (on the server's core when pinned).
+  in_process() {
     # shellcheck disable=SC2086
     $pinned_server "$hako" bench "$package" --engines wasmer-cranelift --tool "$tool" --args "$args" \
       --iterations 200 --threads "$workers" --json 2>/dev/null |
       jq -r '.. | objects | select(has("calls_per_s")) | .calls_per_s' | head -1
-  done | sort -g | sed -n 3p)"
+  }
 
   # shellcheck disable=SC2046 # a list of flags
   "$hako" upload "$package" --store "$store" $(upload_args) >/dev/null
@@ -122,6 +122,10 @@ for package in "${packages[@]}"; do
   for round in $(seq "$rounds"); do
     read -r health_rps health_p50 health_p99 health_bad health_cpu < <(measure /healthz "")
     echo "$round healthz $health_rps $health_p50 $health_p99 $health_bad $health_cpu 1" >>"$rows"
+    # The machine's speed moves from one spell to the next (on a shared VM by a fifth and
+    # more): each round's ceiling is of the in-process figure and /healthz measured in it.
+    inproc="$(in_process)"
+    echo "$round inproc $inproc - - 0 - 1" >>"$rows"
     ceiling="$(awk -v a="$inproc" -v b="$health_rps" 'BEGIN {print 1 / (1 / a + 1 / b)}')"
     for endpoint in "api|/v1/packages/$name/call|$api_body" "mcp|/mcp/$name|$mcp_body"; do
       IFS='|' read -r label path body <<<"$endpoint"
@@ -133,14 +137,15 @@ for package in "${packages[@]}"; do
   column() { awk -v e="$1" -v c="$2" '$2 == e {print $c}' "$rows" | median; }
   # The round whose rate is the median's (for its latencies).
   middle() { awk -v e="$1" '$2 == e' "$rows" | sort -k3,3g | sed -n "$(( (rounds + 1) / 2 ))p"; }
+  inproc="$(column inproc 3)"
   inproc_cpu="$(awk -v a="$inproc" -v t="$workers" 'BEGIN {printf "%.2f", t / a * 1e6}')"
   health_cpu="$(column healthz 7)"
   health_rps="$(column healthz 3)"
   echo
   echo "$name ($tool $args)"
-  printf '  %-30s %10.0f calls/s                                   CPU %6.2f µs/call (threads / calls/s)\n' "in process (hako bench)" "$inproc" "$inproc_cpu"
+  printf '  %-30s %10.0f calls/s                                   CPU %6.2f µs/call (threads / calls/s)\n' "in process (hako bench, median)" "$inproc" "$inproc_cpu"
   printf '  %-30s %10.0f req/s     p50 %8s   p99 %8s   CPU %6.2f µs/req\n' "GET /healthz" "$health_rps" "$(middle healthz | cut -d' ' -f4)" "$(middle healthz | cut -d' ' -f5)" "$health_cpu"
-  printf '  %-30s %10.0f calls/s\n' "composed ceiling" "$(awk -v a="$inproc" -v b="$health_rps" 'BEGIN {print 1 / (1 / a + 1 / b)}')"
+  printf '  %-30s %10.0f calls/s (of the medians; each round is divided by its own)\n' "composed ceiling" "$(awk -v a="$inproc" -v b="$health_rps" 'BEGIN {print 1 / (1 / a + 1 / b)}')"
   for endpoint in "api|POST /v1/packages/$name/call" "mcp|POST /mcp/$name"; do
     label="${endpoint%%|*}"
     cpu="$(column "$label" 7)"

@@ -281,14 +281,11 @@ pub async fn call(
             )
         }
     };
-    let Some(tool) = request
-        .get("tool")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-    else {
+    // Taken out of the request, as the arguments are below: neither is copied.
+    let Some(Value::String(tool)) = request.get_mut("tool").map(Value::take) else {
         return problem(StatusCode::BAD_REQUEST, "the body needs a string \"tool\"");
     };
-    // Taken out of the request, not copied: it is the request's one part of any size.
+    // The request's one part of any size.
     let arguments = match request.get_mut("arguments").map(Value::take) {
         None | Some(Value::Null) => json!({}),
         Some(arguments @ Value::Object(_)) => arguments,

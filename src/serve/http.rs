@@ -60,7 +60,10 @@ pub async fn route(
     if let Some(refusal) = server.hosts.refusal(&request) {
         return Ok(refusal);
     }
-    let path = request.uri().path().to_string();
+    // The path's bytes are shared with the request (no copy), so that the request can be
+    // handed on while its segments are matched.
+    let uri = request.uri().clone();
+    let path = uri.path();
     let method = request.method().clone();
     if path == "/healthz" && (method == Method::GET || method == Method::HEAD) {
         // hyper sends a HEAD answer's headers alone.
@@ -90,12 +93,12 @@ pub async fn route(
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return Ok(response);
     };
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let segments = Segments::of(path);
     // A route naming a package is checked against the token's packages before anything else,
     // so an agent learns nothing of packages it may not use, not even whether they exist.
     if let ["v1", "packages", name]
     | ["v1", "packages", name, "call"]
-    | ["mcp" | "sse" | "message", name] = segments.as_slice()
+    | ["mcp" | "sse" | "message", name] = segments.get()
     {
         if let Some(response) = response::out_of_scope(caller, name) {
             return Ok(response);
@@ -105,7 +108,7 @@ pub async fn route(
             follower.fetch_missing(name).await;
         }
     }
-    let response = match (&method, segments.as_slice()) {
+    let response = match (&method, segments.get()) {
         (&Method::GET, ["metrics"]) if !caller.is_admin() => {
             forbidden("read the metrics (an admin token may)")
         }
@@ -128,13 +131,9 @@ pub async fn route(
         (&Method::POST, ["v1", "packages"]) => api::upload(&server, request).await,
         (&Method::GET, ["v1", "packages", name]) => api::show(&server, name),
         (&Method::POST, ["v1", "packages", name, "call"]) => {
-            let name = name.to_string();
-            api::call(&server, Origin::api(caller.role()), &name, request).await
+            api::call(&server, Origin::api(caller.role()), name, request).await
         }
-        (&Method::POST, ["mcp", name]) => {
-            let name = name.to_string();
-            streamable(&server, caller, &name, request).await
-        }
+        (&Method::POST, ["mcp", name]) => streamable(&server, caller, name, request).await,
         (_, ["mcp", _]) => {
             let mut response = problem(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -151,8 +150,7 @@ pub async fn route(
             None => one_shot(&server, caller, None, request).await,
         },
         (&Method::POST, ["message", name]) => {
-            let name = name.to_string();
-            one_shot(&server, caller, Some(name), request).await
+            one_shot(&server, caller, Some(name.to_string()), request).await
         }
         _ => problem(
             StatusCode::NOT_FOUND,
@@ -160,6 +158,33 @@ pub async fn route(
         ),
     };
     Ok(response)
+}
+
+/// A path's segments after its leading `/`, as many as the longest route has and one more: a
+/// path of more segments than any route keeps that one more, and matches no route.
+struct Segments<'a> {
+    parts: [&'a str; Segments::MOST],
+    count: usize,
+}
+
+impl<'a> Segments<'a> {
+    const MOST: usize = 5;
+
+    fn of(path: &'a str) -> Self {
+        let mut segments = Segments {
+            parts: [""; Self::MOST],
+            count: 0,
+        };
+        for part in path.trim_start_matches('/').split('/').take(Self::MOST) {
+            segments.parts[segments.count] = part;
+            segments.count += 1;
+        }
+        segments
+    }
+
+    fn get(&self) -> &[&'a str] {
+        &self.parts[..self.count]
+    }
 }
 
 fn session_id(request: &Request<Incoming>) -> Option<String> {
@@ -271,4 +296,26 @@ async fn one_shot(
         .headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Segments;
+
+    #[test]
+    fn a_path_is_matched_by_its_segments_and_a_longer_one_by_no_route() {
+        assert_eq!(Segments::of("/healthz").get(), ["healthz"]);
+        assert_eq!(
+            Segments::of("/v1/packages/greet/call").get(),
+            ["v1", "packages", "greet", "call"]
+        );
+        assert_eq!(Segments::of("/mcp/").get(), ["mcp", ""]);
+        // Five or more segments keep five, which no route has.
+        let long = Segments::of("/v1/packages/greet/call/again/and/again");
+        assert_eq!(long.get(), ["v1", "packages", "greet", "call", "again"]);
+        assert!(!matches!(
+            long.get(),
+            ["v1", "packages", _, "call"] | ["v1", "packages", _]
+        ));
+    }
 }

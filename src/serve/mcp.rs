@@ -150,7 +150,7 @@ fn error_with_data(id: &Id, code: i64, text: &str, data: Value) -> Vec<u8> {
 }
 
 fn message<T: Serialize + ?Sized>(id: &Id, member: &str, value: &T) -> Vec<u8> {
-    let mut out = Vec::with_capacity(128);
+    let mut out = Vec::with_capacity(super::response::JSON_ANSWER_BYTES);
     out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
     out.extend_from_slice(id.as_json().as_bytes());
     out.extend_from_slice(b",\"");
