@@ -219,7 +219,9 @@ impl Bounds {
     /// Starts the clock of a run under `limits`, which gives `gate` up while it waits.
     pub fn start(limits: Limits, gate: Option<Arc<dyn RunGate>>) -> Bounds {
         let started = Instant::now();
-        let deadline = started + limits.timeout;
+        // A run that starts a call again counts the limit from the call's first start.
+        let began = gate.as_ref().and_then(|gate| gate.began());
+        let deadline = began.unwrap_or(started) + limits.timeout;
         let cancel = Arc::new(Cancel::new());
         let waits = Waits::new(gate, Some(deadline));
         // A run that shares its thread is first timed to the end of its slice, which moves it.

@@ -42,6 +42,13 @@ pub trait RunGate: Send + Sync {
     /// a thread of its own. Called before the run has done anything outside itself that its
     /// second start would not do again: it has not waited, so it has sent nothing.
     fn move_off(&self) {}
+
+    /// When the call's time limit began to count, if before this run: a moved call runs again
+    /// with what is left of the limit its first start began. `None` (the default): at this
+    /// run's start.
+    fn began(&self) -> Option<Instant> {
+        None
+    }
 }
 
 /// One run's waits: its gate, if any, its deadline, and the time its host calls waited.

@@ -339,6 +339,7 @@ impl Calls {
             number,
             permit: Arc::clone(&permit),
             queued_at,
+            began: None,
         };
         let start: Start = Box::new(move |granted| {
             // Only the start `submit` makes itself runs here: a call started from its line
@@ -407,7 +408,7 @@ impl Calls {
         if moved() {
             package.inline.moved();
             self.metrics.moved();
-            return Err(Moved(admitted));
+            return Err(Moved(admitted, took));
         }
         if gate.inline().is_some() {
             self.metrics.called_inline();
@@ -446,9 +447,13 @@ impl Calls {
             ..
         } = call;
         let (limits, inline) = (*limits, gate.inline());
-        let gate = match inline {
-            Some(inline) => Arc::clone(inline) as Arc<dyn RunGate>,
-            None => Arc::clone(permit) as Arc<dyn RunGate>,
+        let gate = match (inline, call.began) {
+            (Some(inline), _) => Arc::clone(inline) as Arc<dyn RunGate>,
+            (None, None) => Arc::clone(permit) as Arc<dyn RunGate>,
+            (None, Some(began)) => Arc::new(Resumed {
+                permit: Arc::clone(permit),
+                began,
+            }),
         };
         let record = &package.stored.record;
         let loaded = self
@@ -663,8 +668,9 @@ type Ran = Result<(Result<CallOutcome, CallError>, Left), Moved>;
 /// and its place among the calls in flight.
 type Left = (GiveBack, Teardown, Admitted);
 
-/// A run moved off the front end's thread, with the call's place among the calls in flight.
-struct Moved(Admitted);
+/// A run moved off the front end's thread, with the call's place among the calls in flight
+/// and how long the run lasted (its limit counts on from its start).
+struct Moved(Admitted, Duration);
 
 /// An admitted call: what it calls, under which limits, from where, its number and its
 /// permit. Its answer's sender and its admission travel beside it.
@@ -678,6 +684,9 @@ struct Pending {
     number: u64,
     permit: Arc<CallPermit>,
     queued_at: Instant,
+    /// When its time limit began to count, for a call moved off the front end's thread: its
+    /// first start.
+    began: Option<Instant>,
 }
 
 /// Where a call's outcome goes.
@@ -724,8 +733,33 @@ impl Pending {
                 drop_left_here();
                 LEFT_HERE.with(|left| *left.borrow_mut() = Some((teardown, admitted)));
             }
-            Err(Moved(admitted)) => self.dispatch(answer, admitted, true, false),
+            Err(Moved(admitted, ran_for)) => Pending {
+                began: Instant::now().checked_sub(ran_for),
+                ..self
+            }
+            .dispatch(answer, admitted, true, false),
         }
+    }
+}
+
+/// The gate of a moved call's second run: its permit, and its limit counted from its first
+/// start.
+struct Resumed {
+    permit: Arc<CallPermit>,
+    began: Instant,
+}
+
+impl RunGate for Resumed {
+    fn pause(&self) {
+        self.permit.pause();
+    }
+
+    fn resume(&self, deadline: Option<Instant>) {
+        self.permit.resume(deadline);
+    }
+
+    fn began(&self) -> Option<Instant> {
+        Some(self.began)
     }
 }
 

@@ -337,7 +337,8 @@ fn a_call_on_the_front_end_that_sleeps_is_moved_and_sleeps_on_a_call_thread() {
 }
 
 #[test]
-fn a_call_on_the_front_end_past_its_slice_is_moved_and_ends_at_its_own_limit() {
+fn a_call_on_the_front_end_past_its_slice_is_moved_and_ends_at_its_own_limit_from_its_first_start()
+{
     let store = serve_support::store();
     let server = Server::start(store.path(), &["--workers", "1"]);
     earn_inline(&server);
@@ -352,6 +353,10 @@ fn a_call_on_the_front_end_past_its_slice_is_moved_and_ends_at_its_own_limit() {
         "{spun}"
     );
     assert_eq!(server.metric("hako_calls_moved_total"), 1.0);
+    // The limit counts from the call's first start: the second run had what the first (a
+    // slice of 10 ms or more) left of it, not the whole 400 ms again.
+    let second_run_us = spun["stats"]["run_us"].as_u64().unwrap();
+    assert!(second_run_us < 400_000, "{spun}");
 }
 
 #[test]
