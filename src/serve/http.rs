@@ -300,7 +300,7 @@ async fn one_shot(
 
 #[cfg(test)]
 mod tests {
-    use super::Segments;
+    use super::*;
 
     #[test]
     fn a_path_is_matched_by_its_segments_and_a_longer_one_by_no_route() {
