@@ -2,8 +2,9 @@
 # Many packages on one server: N distinct copies of a package (its module made distinct by a
 # custom section, so each is a package and a module of its own), called in turn through
 # `POST /v1/packages/NAME-i/call`, against the same server with one of them called alone.
-# Prints calls/s, p50 and p99 for each count, its share of the one-package rate, and the
-# server's module loads and calls on instances made ahead (from /metrics).
+# Prints calls/s, p50 and p99 for each count, its share of the rate of one package alone
+# measured just before it, and the server's module loads and calls on instances made ahead
+# (from /metrics).
 #
 #   [HAKO=BINARY] [SERVE_ARGS="…"] [PIN=1] benches/serve/many.sh [SECONDS] [CONNECTIONS]
 #       [COUNT...] [-- PACKAGE_DIR]
@@ -81,10 +82,10 @@ calls() { total 'hako_calls_total{'; }
 where="on the same cores"
 [[ -n "$pinned_wrk" ]] && where="on CPU 1, the server on CPU 0"
 echo "machine: $(nproc) cores, $(uname -srm); hako serve ${pinned_args:-(defaults)} ${SERVE_ARGS:-}; wrk -t1 -c$connections $where, ${duration}s per count; $(jq -r .name "$package/subako-package.json") ($tool)"
-printf '%-10s %12s %10s %10s %10s %18s %14s\n' packages calls/s p50 p99 "of one" "artifact loads/call" "ready/call"
-one=""
-for count in "${counts[@]}"; do
-  # A warm-up pass over every package, then the measured run.
+# One measured run of COUNT packages in turn (after a warm-up pass over every one of them):
+# calls/s, p50, p99, artifact loads and calls on instances made ahead per call.
+measure() {
+  local count="$1" out calls loads_before ready_before calls_before rps p50 p99
   # shellcheck disable=SC2086
   BODY="$body" PACKAGES="$count" PREFIX=many $pinned_wrk wrk -t1 -c"$connections" -d"$(( count > 100 ? 3 : 1 ))s" -s benches/serve/rotate.lua "$base" >/dev/null
   loads_before="$(loads)"; ready_before="$(metric hako_calls_ready_total)"; calls_before="$(calls)"
@@ -92,10 +93,21 @@ for count in "${counts[@]}"; do
   out="$(BODY="$body" PACKAGES="$count" PREFIX=many $pinned_wrk wrk -t1 -c"$connections" -d"${duration}s" --latency -s benches/serve/rotate.lua "$base")"
   calls=$(( $(calls) - calls_before ))
   read -r rps p50 p99 < <(awk '/^Requests\/sec:/ {r=$2} $1 == "50%" {a=$2} $1 == "99%" {b=$2} END {print r, a, b}' <<<"$out")
+  echo "$rps $p50 $p99 $(awk -v a="$(loads)" -v b="$loads_before" -v n="$calls" 'BEGIN {print (a - b) / (n ? n : 1)}') $(awk -v a="$(metric hako_calls_ready_total)" -v b="$ready_before" -v n="$calls" 'BEGIN {print (a - b) / (n ? n : 1)}')"
+}
+
+# Each count is measured right after one package alone, and its share is of that rate: the
+# machine's speed moves from one spell to the next, and a share of a rate measured minutes
+# before would mix two machines.
+printf '%-10s %12s %10s %10s %14s %10s %18s %14s\n' packages calls/s p50 p99 "one just before" "of one" "artifact loads/call" "ready/call"
+for count in "${counts[@]}"; do
+  one=""
+  if (( count > 1 )); then
+    read -r one _ < <(measure 1)
+  fi
+  read -r rps p50 p99 loads_per_call ready_per_call < <(measure "$count")
   [[ -n "$one" ]] || one="$rps"
-  printf '%-10s %12.0f %10s %10s %10.2f %18.3f %14.3f\n' "$count" "$rps" "$p50" "$p99" \
-    "$(awk -v a="$rps" -v b="$one" 'BEGIN {print a / b}')" \
-    "$(awk -v a="$(loads)" -v b="$loads_before" -v n="$calls" 'BEGIN {print (a - b) / (n ? n : 1)}')" \
-    "$(awk -v a="$(metric hako_calls_ready_total)" -v b="$ready_before" -v n="$calls" 'BEGIN {print (a - b) / (n ? n : 1)}')"
+  printf '%-10s %12.0f %10s %10s %14.0f %10.2f %18.3f %14.3f\n' "$count" "$rps" "$p50" "$p99" "$one" \
+    "$(awk -v a="$rps" -v b="$one" 'BEGIN {print a / b}')" "$loads_per_call" "$ready_per_call"
 done
 echo "server RSS: $(awk '/VmRSS/ {print $2 / 1024 " MB"}' "/proc/$server/status")"
