@@ -3,11 +3,12 @@
 //! taken from request to outcome — admitted within the bound on calls in flight
 //! ([`Admission`]) or refused at once, run on the front end's thread that read it when its
 //! package's calls have been quick ([`SLICE`]: moved to a call thread at its first wait or past
-//! its slice, and run again from its start there) or else given a thread of its own
-//! ([`CallThreads`]), run while it holds one of its package's run permits ([`RunPermits`],
-//! given up while a host call waits), its module loaded through the one shared [`ModuleCache`], run with the package's
-//! network policy and the one broker of the server, counted in [`Metrics`]; after its answer,
-//! its thread makes an instance of the same module for its next call (`--ready-instances`).
+//! its slice, and run again from its start there, within what is left of its time limit) or
+//! else given a thread of its own ([`CallThreads`]), run while it holds one of its package's
+//! run permits ([`RunPermits`], given up while a host call waits), its module loaded through
+//! the one shared [`ModuleCache`], run with the package's network policy and the one broker of
+//! the server, counted in [`Metrics`]; after its answer, its thread makes an instance of the
+//! same module for its next call (`--ready-instances`).
 //!
 //! It speaks neither HTTP nor JSON-RPC: the front ends ([`super::api`], [`super::mcp`]) turn
 //! what it answers into their own replies.
