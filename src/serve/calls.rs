@@ -340,7 +340,6 @@ impl Calls {
             number,
             permit: Arc::clone(&permit),
             queued_at,
-            began: None,
         };
         let start: Start = Box::new(move |granted| {
             // Only the start `submit` makes itself runs here: a call started from its line
@@ -448,13 +447,9 @@ impl Calls {
             ..
         } = call;
         let (limits, inline) = (*limits, gate.inline());
-        let gate = match (inline, call.began) {
-            (Some(inline), _) => Arc::clone(inline) as Arc<dyn RunGate>,
-            (None, None) => Arc::clone(permit) as Arc<dyn RunGate>,
-            (None, Some(began)) => Arc::new(Resumed {
-                permit: Arc::clone(permit),
-                began,
-            }),
+        let gate = match inline {
+            Some(inline) => Arc::clone(inline) as Arc<dyn RunGate>,
+            None => Arc::clone(permit) as Arc<dyn RunGate>,
         };
         let record = &package.stored.record;
         let loaded = self
@@ -670,7 +665,8 @@ type Ran = Result<(Result<CallOutcome, CallError>, Left), Moved>;
 type Left = (GiveBack, Teardown, Admitted);
 
 /// A run moved off the front end's thread, with the call's place among the calls in flight
-/// and how long the run lasted (its limit counts on from its start).
+/// and how long the run lasted (the call's limit counts on from its start:
+/// [`CallPermit::moved`]).
 struct Moved(Admitted, Duration);
 
 /// An admitted call: what it calls, under which limits, from where, its number and its
@@ -685,9 +681,6 @@ struct Pending {
     number: u64,
     permit: Arc<CallPermit>,
     queued_at: Instant,
-    /// When its time limit began to count, for a call moved off the front end's thread: its
-    /// first start.
-    began: Option<Instant>,
 }
 
 /// Where a call's outcome goes.
@@ -731,36 +724,20 @@ impl Pending {
                 // The permit first, to the next call in line; the rest once answered.
                 drop(give_back);
                 let _ = answer.send(outcome);
-                drop_left_here();
-                LEFT_HERE.with(|left| *left.borrow_mut() = Some((teardown, admitted)));
+                // `submit` took what the last call here left before this one started.
+                LEFT_HERE.with(|left| {
+                    let mut left = left.borrow_mut();
+                    debug_assert!(left.is_none(), "one call's leftovers at a time");
+                    *left = Some((teardown, admitted));
+                });
             }
-            Err(Moved(admitted, ran_for)) => Pending {
-                began: Instant::now().checked_sub(ran_for),
-                ..self
+            Err(Moved(admitted, ran_for)) => {
+                if let Some(began) = Instant::now().checked_sub(ran_for) {
+                    self.permit.moved(began);
+                }
+                self.dispatch(answer, admitted, true, false);
             }
-            .dispatch(answer, admitted, true, false),
         }
-    }
-}
-
-/// The gate of a moved call's second run: its permit, and its limit counted from its first
-/// start.
-struct Resumed {
-    permit: Arc<CallPermit>,
-    began: Instant,
-}
-
-impl RunGate for Resumed {
-    fn pause(&self) {
-        self.permit.pause();
-    }
-
-    fn resume(&self, deadline: Option<Instant>) {
-        self.permit.resume(deadline);
-    }
-
-    fn began(&self) -> Option<Instant> {
-        Some(self.began)
     }
 }
 

@@ -92,7 +92,8 @@ pub enum ServeError {
 }
 
 /// Guest code runs on the call threads and the front end's; wasmer's own stack switching keeps
-/// deep guest recursion off them, so a modest native stack suffices (only what is touched is resident).
+/// deep guest recursion off them, so a modest native stack suffices (only what is touched is
+/// resident).
 const GUEST_STACK_BYTES: usize = 8 * 1024 * 1024;
 
 fn calls(config: &ServeConfig) -> Result<Arc<Calls>, ServeError> {

@@ -24,7 +24,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::sandbox::RunGate;
@@ -142,6 +142,7 @@ impl RunPermits {
             states: Arc::clone(&self.states),
             held: AtomicBool::new(false),
             queued_us: AtomicU64::new(0),
+            began: OnceLock::new(),
         })
     }
 }
@@ -419,6 +420,9 @@ pub struct CallPermit {
     states: Arc<CallStates>,
     held: AtomicBool,
     queued_us: AtomicU64,
+    /// When the call's first run began, once it was moved off the front end's thread: its
+    /// time limit counts from there ([`RunGate::began`]).
+    began: OnceLock<Instant>,
 }
 
 impl CallPermit {
@@ -535,6 +539,12 @@ impl CallPermit {
     pub fn queued_us(&self) -> u64 {
         self.queued_us.load(Ordering::Relaxed)
     }
+
+    /// The call's first run, which began at `began`, was moved: it runs again within what is
+    /// left of its time limit.
+    pub fn moved(&self, began: Instant) {
+        let _ = self.began.set(began);
+    }
 }
 
 impl RunGate for CallPermit {
@@ -548,6 +558,10 @@ impl RunGate for CallPermit {
         // A call whose time ran out in line goes on without a permit only to end at its next
         // host call or check: the deadline has fired by then.
         self.acquire(deadline);
+    }
+
+    fn began(&self) -> Option<Instant> {
+        self.began.get().copied()
     }
 }
 
