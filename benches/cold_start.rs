@@ -100,7 +100,7 @@ fn cold_start(c: &mut Criterion) {
         uses_simd: false,
         assets: None,
         tool: "greet".into(),
-        arguments: serde_json::json!({"name": "Ada"}),
+        arguments: Arc::new(serde_json::json!({"name": "Ada"})),
     };
     let baselines: Vec<(Subject, Ready)> = hako_engine_baseline::available()
         .into_iter()

@@ -64,7 +64,7 @@ pub fn run(
         versions,
         package: workload.program.clone(),
         tool: workload.tool.clone(),
-        arguments: workload.arguments.clone(),
+        arguments: (*workload.arguments).clone(),
         shape,
         results,
     })

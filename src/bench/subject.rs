@@ -33,7 +33,8 @@ pub struct Workload {
     /// The package's assets folder, mounted read-only as `/package`.
     pub assets: Option<PathBuf>,
     pub tool: String,
-    pub arguments: serde_json::Value,
+    /// Shared by every call of the run (a call's request holds it, uncopied).
+    pub arguments: Arc<serde_json::Value>,
 }
 
 /// A module a subject compiled or loaded, ready for calls.
@@ -315,7 +316,7 @@ fn host_call(
     let request = ToolRequest {
         program: &workload.program,
         tool: &workload.tool,
-        arguments: Arc::new(workload.arguments.clone()),
+        arguments: Arc::clone(&workload.arguments),
         limits: Limits::CALL,
         mounts: Mounts::fresh(workload.assets.clone()),
         network: network.clone(),

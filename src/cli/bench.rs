@@ -15,6 +15,7 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use clap::Args;
 
@@ -114,13 +115,13 @@ fn run_package(args: &BenchArgs, engines: &[String], shape: RunShape) -> Result<
                 uses_simd: stored.record.uses_simd,
                 assets: stored.assets(),
                 tool: String::new(),
-                arguments: serde_json::Value::Null,
+                arguments: Arc::new(serde_json::Value::Null),
             };
             (None, workload, stored.tools)
         }
     };
     workload.tool = choose_tool(&workload.program, args.tool.as_deref(), &tools)?;
-    workload.arguments = arguments;
+    workload.arguments = Arc::new(arguments);
 
     let mut progress = progress_printer();
     let report = bench::run(engines, &workload, shape, &mut progress)
@@ -167,7 +168,7 @@ fn run_suite(dir: &Path, engines: &[String], shape: RunShape, json: bool) -> Res
                     other => other,
                 }
             })?;
-        workload.arguments = entry.arguments.clone();
+        workload.arguments = Arc::new(entry.arguments.clone());
         packages.push((package, workload));
     }
 
@@ -216,7 +217,7 @@ fn workload_of(package: &Package) -> Workload {
         uses_simd: package.uses_simd,
         assets: package.assets.clone(),
         tool: String::new(),
-        arguments: serde_json::Value::Null,
+        arguments: Arc::new(serde_json::Value::Null),
     }
 }
 
