@@ -142,7 +142,10 @@ for package in "${packages[@]}"; do
   health_cpu="$(column healthz 7)"
   health_rps="$(column healthz 3)"
   echo
-  echo "$name ($tool $args)"
+  # The arguments as far as a line shows them (the Go package's are a 13 KB document).
+  shown="$args"
+  (( ${#shown} > 80 )) && shown="${shown:0:77}..."
+  echo "$name ($tool $shown)"
   printf '  %-30s %10.0f calls/s                                   CPU %6.2f µs/call (threads / calls/s)\n' "in process (hako bench, median)" "$inproc" "$inproc_cpu"
   printf '  %-30s %10.0f req/s     p50 %8s   p99 %8s   CPU %6.2f µs/req\n' "GET /healthz" "$health_rps" "$(middle healthz | cut -d' ' -f4)" "$(middle healthz | cut -d' ' -f5)" "$health_cpu"
   printf '  %-30s %10.0f calls/s (of the medians; each round is divided by its own)\n' "composed ceiling" "$(awk -v a="$inproc" -v b="$health_rps" 'BEGIN {print 1 / (1 / a + 1 / b)}')"
