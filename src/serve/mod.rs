@@ -381,10 +381,14 @@ mod tests {
         arrows
     }
 
-    /// A file's text up to its test module.
+    /// A file's text up to its test module (`#[cfg(test)] mod tests {`, at the start of a
+    /// line). A module declared for tests alone (`#[cfg(test)] mod testkit;`) is the file's
+    /// own code, and so is all that follows it.
     fn own_code(text: &str) -> &str {
-        text.find("#[cfg(test)]\nmod ")
-            .map_or(text, |at| &text[..at])
+        const TESTS: &str = "#[cfg(test)]\nmod tests {";
+        text.match_indices(TESTS)
+            .find(|&(at, _)| at == 0 || text.as_bytes()[at - 1] == b'\n')
+            .map_or(text, |(at, _)| &text[..at])
     }
 
     /// A circle among `arrows`, as the modules on it, if there is one.
@@ -434,6 +438,10 @@ mod tests {
             "use super::calls::Served;\n\n#[cfg(test)]\nmod tests {\n    use super::Segments;\n}\n";
         assert_eq!(own_code(text), "use super::calls::Served;\n\n");
         assert_eq!(own_code("use super::api;\n"), "use super::api;\n");
+        let declared = "#[cfg(test)]\nmod testkit;\nuse super::api;\n";
+        assert_eq!(own_code(declared), declared);
+        let indented = "mod inner {\n    #[cfg(test)]\nmod tests {}\n}\nuse super::api;\n";
+        assert_eq!(own_code(indented), indented);
     }
 
     #[test]
