@@ -27,6 +27,9 @@
 //! A test binary of its own (`harness = false`), so that nothing else runs in the process
 //! whose memory it measures. It answers `--list` as libtest does, for `cargo nextest`.
 
+// The configurations to fuzz: every one of the build, or those HAKO_TEST_ENGINES names.
+#[path = "../suite/support/configs.rs"]
+mod configs;
 mod generate;
 
 use std::path::{Path, PathBuf};
@@ -265,7 +268,7 @@ impl Fuzzer {
     fn new() -> Fuzzer {
         // Compiles with LLVM in this process, where the `hako` command starts its worker.
         hako_engine_llvm::link();
-        let subjects = EngineConfig::all()
+        let subjects = configs::test_configs()
             .into_iter()
             .filter(|config| config.compiles_here())
             .map(|config| Subject {

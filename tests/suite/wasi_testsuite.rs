@@ -238,7 +238,7 @@ fn the_official_wasi_test_suite_passes_on_every_engine() {
     let cases = cases(&root);
     assert!(!cases.is_empty(), "{} holds no tests", root.display());
     let store = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hako-test-store");
-    let configs = EngineConfig::all();
+    let configs = crate::support::configs::test_configs();
     let work: Vec<(EngineConfig, &Case)> = configs
         .iter()
         .flat_map(|&config| cases.iter().map(move |case| (config, case)))

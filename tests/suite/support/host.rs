@@ -14,11 +14,12 @@ use hako_engine_api::Module;
 use serde_json::Value;
 
 /// The engine configurations of this build (every wasmer compiler, and wasmtime when built
-/// in); every fixture runs on each. This process compiles with LLVM itself (where the `hako`
-/// command starts its worker), so it links LLVM first.
+/// in; `HAKO_TEST_ENGINES` narrows them, see `support::configs`); every fixture runs on each.
+/// This process compiles with LLVM itself (where the `hako` command starts its worker), so it
+/// links LLVM first.
 pub fn configs() -> Vec<EngineConfig> {
     hako_engine_llvm::link();
-    EngineConfig::all()
+    super::configs::test_configs()
 }
 
 /// A store under the target folder, shared by all test processes: artifacts are content

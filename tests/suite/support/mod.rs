@@ -287,6 +287,7 @@ pub fn pip_venv(name: &str, requirement: &str, purpose: &str) -> Result<PathBuf,
     Ok(venv)
 }
 
+pub mod configs;
 pub mod host;
 pub mod https;
 pub mod mcp_wat;
