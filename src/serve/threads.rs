@@ -11,6 +11,10 @@
 //! the server is shutting down, as every admitted call must — or refuses it at once
 //! ([`Rejected`]) when the system would make no more threads.
 //!
+//! Lock order: a thread's state (`Shared::state`) before any mailbox's letter, everywhere.
+//! An idle thread whose wait ran out lets its letter go before it takes the state, so that a
+//! drain, which holds the state while it posts every idle mailbox a stop, cannot cross it.
+//!
 //! It does not know what a call is; it runs closures and hands their value back on a oneshot
 //! channel. A job that panics loses only its own answer (the receiver sees the channel
 //! closed), never the thread. A job may leave one thing on its thread for the jobs after it
@@ -88,6 +92,8 @@ struct Shared {
     stack_bytes: usize,
     /// Idle threads kept for good.
     keep_idle: usize,
+    /// How long a thread past those waits for a job before it ends ([`IDLE_FOR`]).
+    idle_for: Duration,
 }
 
 #[derive(Default)]
@@ -124,12 +130,18 @@ impl CallThreads {
     /// Call threads with `stack_bytes` of stack each (compiled guest code runs on them), of
     /// which `keep_idle` stay when idle.
     pub fn new(keep_idle: usize, stack_bytes: usize) -> Self {
+        Self::idling(keep_idle, stack_bytes, IDLE_FOR)
+    }
+
+    /// Like [`CallThreads::new`], with threads past `keep_idle` ending after `idle_for`.
+    fn idling(keep_idle: usize, stack_bytes: usize, idle_for: Duration) -> Self {
         Self {
             shared: Arc::new(Shared {
                 state: Mutex::default(),
                 ended: Condvar::new(),
                 stack_bytes,
                 keep_idle,
+                idle_for,
             }),
         }
     }
@@ -197,18 +209,32 @@ impl CallThreads {
     /// Blocking: call it off the async runtime.
     pub fn close_and_join(&self) {
         let mut state = lock(&self.shared.state);
-        state.closed = true;
-        for mailbox in state.idle.drain(..) {
-            *lock(&mailbox.letter) = Letter::Stop;
-            mailbox.wake.notify_one();
-        }
-        while state.threads > 0 {
-            state = self
-                .shared
-                .ended
-                .wait(state)
-                .unwrap_or_else(|poison| poison.into_inner());
-        }
+        close(&mut state);
+        drop(until_none_alive(&self.shared, state));
+    }
+}
+
+/// Waits, with `state` let go meanwhile, until no thread is alive; hands the state back.
+fn until_none_alive<'a>(
+    shared: &'a Shared,
+    mut state: MutexGuard<'a, State>,
+) -> MutexGuard<'a, State> {
+    while state.threads > 0 {
+        state = shared
+            .ended
+            .wait(state)
+            .unwrap_or_else(|poison| poison.into_inner());
+    }
+    state
+}
+
+/// Marks the threads closed and posts every idle one a stop, under the state's lock (taken
+/// before each letter's: the module's lock order).
+fn close(state: &mut State) {
+    state.closed = true;
+    for mailbox in state.idle.drain(..) {
+        *lock(&mailbox.letter) = Letter::Stop;
+        mailbox.wake.notify_one();
     }
 }
 
@@ -274,20 +300,35 @@ fn wait_for_letter(shared: &Shared, mailbox: &Arc<Mailbox>) -> Option<Job> {
         }
         let (next, waited) = mailbox
             .wake
-            .wait_timeout(letter, IDLE_FOR)
+            .wait_timeout(letter, shared.idle_for)
             .unwrap_or_else(|poison| poison.into_inner());
         letter = next;
         if waited.timed_out() && matches!(*letter, Letter::Empty) {
-            // Leave only while still listed as idle: once taken from the list, a job is on
-            // its way to this mailbox.
-            let mut state = lock(&shared.state);
-            if state.threads > shared.keep_idle {
-                if let Some(at) = state.idle.iter().position(|m| Arc::ptr_eq(m, mailbox)) {
-                    state.idle.remove(at);
-                    return None;
-                }
+            // The state is taken with the letter let go (the lock order): a drain holds the
+            // state while it posts this mailbox its stop.
+            drop(letter);
+            if leave_if_still_idle(shared, mailbox) {
+                return None;
             }
+            // Taken from the list meanwhile: a job or a stop is on its way to this mailbox.
+            letter = lock(&mailbox.letter);
         }
+    }
+}
+
+/// Takes `mailbox` off the idle list and says so, when more than the threads kept for good are
+/// alive and it is still listed: once taken from the list, a job is on its way to it.
+fn leave_if_still_idle(shared: &Shared, mailbox: &Arc<Mailbox>) -> bool {
+    let mut state = lock(&shared.state);
+    if state.threads <= shared.keep_idle {
+        return false;
+    }
+    match state.idle.iter().position(|m| Arc::ptr_eq(m, mailbox)) {
+        Some(at) => {
+            state.idle.remove(at);
+            true
+        }
+        None => false,
     }
 }
 
@@ -443,6 +484,46 @@ mod tests {
         closer.join().unwrap();
         assert_eq!(running.blocking_recv().unwrap(), 1);
         assert_eq!(threads.threads(), 0);
+    }
+
+    /// The crossing that once hung a drain: a thread's idle wait runs out while the drain holds
+    /// the state, then the drain posts each idle mailbox its stop. The thread must not hold its
+    /// letter while it waits for the state.
+    #[test]
+    fn a_drain_holding_the_state_past_an_idle_wait_posts_its_stop_and_ends() {
+        let idle_for = Duration::from_millis(100);
+        let threads = CallThreads::idling(0, 1 << 20, idle_for);
+        answer_of(&threads, || ());
+        let (posted, done) = channel();
+        let shared = Arc::clone(&threads.shared);
+        let drain = std::thread::spawn(move || {
+            let mut state = lock(&shared.state);
+            // The thread listed itself idle before it answered, and waits for a job now.
+            let idle = state.idle.len();
+            // Held past the thread's idle wait: its wait runs out and it wants the state.
+            std::thread::sleep(idle_for * 5);
+            close(&mut state);
+            posted.send(idle).unwrap();
+        });
+        let idle = done.recv_timeout(Duration::from_secs(30));
+        assert_eq!(
+            idle,
+            Ok(1),
+            "the drain could not post its stop: the idle thread held its letter"
+        );
+        drain.join().unwrap();
+        threads.close_and_join();
+        assert_eq!(threads.threads(), 0);
+    }
+
+    #[test]
+    fn a_thread_past_those_kept_ends_after_its_idle_wait() {
+        let threads = CallThreads::idling(0, 1 << 20, Duration::from_millis(5));
+        answer_of(&threads, || ());
+        // Ends on its own, without a drain: the count falls to zero.
+        let state = until_none_alive(&threads.shared, lock(&threads.shared.state));
+        assert!(state.idle.is_empty());
+        assert!(!state.closed);
     }
 
     #[test]
