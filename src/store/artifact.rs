@@ -415,8 +415,8 @@ impl ArtifactCache {
         // SAFETY: the cache directory is trusted (`open_trusted`'s contract), and the code and
         // image are exactly what `write` stored for this engine identity and module: the
         // header names this identity and module, the layout matches the file, and both
-        // checksums matched it, now or on an earlier load of this very file (same inode, held
-        // open since, same size and times: see `Verified`). Files are replaced by renaming,
+        // checksums matched it, now or on an earlier load of this very file (the same inode, size
+        // and times, kept by this process or in the file's record: see `Verified` and `Record`). Files are replaced by renaming,
         // never written to, so the open file keeps these bytes while the module maps them.
         #[allow(unsafe_code)]
         let module = unsafe {
@@ -529,13 +529,20 @@ impl Record {
     /// and overwritten after the next hashing).
     fn read(path: &Path) -> Option<Record> {
         use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        // Only a regular file is a record: a link is not followed, and the open does not wait
+        // (a FIFO put there would block it until something wrote to it, and with it the load).
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .ok()?;
+        if !file.metadata().ok()?.is_file() {
+            return None;
+        }
         // A record is a few hundred bytes; whatever is longer is not one, and is not read whole.
         let mut bytes = Vec::new();
-        fs::File::open(path)
-            .ok()?
-            .take(MAX_RECORD + 1)
-            .read_to_end(&mut bytes)
-            .ok()?;
+        file.take(MAX_RECORD + 1).read_to_end(&mut bytes).ok()?;
         if bytes.len() as u64 > MAX_RECORD {
             return None;
         }
@@ -991,6 +998,47 @@ mod tests {
             + &" ".repeat(MAX_RECORD as usize);
         fs::write(record_path(&stored.path), padded).unwrap();
         assert!(stored.verify(&key).is_err());
+    }
+
+    /// A FIFO where the record goes once held a load until something wrote to it; a link to
+    /// a record that names the file as it is is not believed either (a record is a regular file
+    /// hako wrote there).
+    #[test]
+    fn a_record_that_is_a_fifo_or_a_link_is_ignored_without_waiting() {
+        let key = key();
+        let stored = Stored::new(&encoded(&key, 2));
+        let record = record_path(&stored.path);
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &record,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let (done, verified) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| done.send(stored.verify(&key)).unwrap());
+            let verified = verified.recv_timeout(std::time::Duration::from_secs(30));
+            if verified.is_err() {
+                // Let the open go on, so that the scope can end and the test fail.
+                drop(fs::OpenOptions::new().write(true).open(&record));
+            }
+            assert!(matches!(verified, Ok(Ok(_))), "a FIFO record held the load");
+        });
+        // Hashed, and a regular record written in the FIFO's place.
+        assert!(fs::symlink_metadata(&record).unwrap().is_file());
+        stored.damage();
+        let elsewhere = stored._dir.path().join("elsewhere.verified");
+        fs::write(
+            &elsewhere,
+            serde_json::to_vec(&stored.record_as_it_is()).unwrap(),
+        )
+        .unwrap();
+        fs::remove_file(&record).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &record).unwrap();
+        let err = stored.verify(&key).unwrap_err();
+        assert!(err.contains("memory image's checksum"), "{err}");
     }
 
     #[test]
