@@ -452,18 +452,27 @@ impl Calls {
             None => Arc::clone(permit) as Arc<dyn RunGate>,
         };
         let record = &package.stored.record;
-        let loaded = self
-            .store
-            .load_module(
-                &ModuleSpec {
-                    wasm: ModuleBytes::File(&package.module),
-                    module_sha256: &record.module_sha256,
-                    uses_simd: record.uses_simd,
-                    config: self.engine,
-                },
-                Some(&self.modules),
-            )
-            .map_err(|err| CallError::Host(err.to_string()))?;
+        let spec = ModuleSpec {
+            wasm: ModuleBytes::File(&package.module),
+            module_sha256: &record.module_sha256,
+            uses_simd: record.uses_simd,
+            config: self.engine,
+        };
+        let loaded = match self.store.in_memory(&spec, &self.modules) {
+            Some(loaded) => loaded,
+            None => {
+                if let Some(inline) = inline {
+                    // A load reads and hashes an artifact file, or compiles: no front-end
+                    // thread waits for that. The call runs again on a thread of its own,
+                    // which loads the module (the outcome here is dropped: it was moved).
+                    inline.move_off();
+                    return Err(CallError::Host("moved to load its module".into()));
+                }
+                self.store
+                    .load_module(&spec, Some(&self.modules))
+                    .map_err(|err| CallError::Host(err.to_string()))?
+            }
+        };
         self.metrics.module(loaded.source);
         for message in &loaded.notes {
             tracing::info!(package = record.name.as_str(), "{message}");

@@ -100,27 +100,37 @@ pub struct ModuleSpec<'a> {
 }
 
 impl Store {
+    /// `spec`'s module when `memory` holds it: what [`Store::load_module`] returns at once,
+    /// with no file read, hash or compile. `None` when a load would have to do one of those
+    /// (or the engine cannot be made: the load then says why).
+    pub fn in_memory(&self, spec: &ModuleSpec<'_>, memory: &ModuleCache) -> Option<Loaded> {
+        let (config, fallback) = engines::effective_config(spec.config, spec.uses_simd);
+        let engine = engines::engine(config, None).ok()?;
+        let module = memory.get(&ArtifactKey::new(spec.module_sha256, engine.identity()))?;
+        Some(Loaded {
+            module,
+            source: Source::Memory,
+            config,
+            load_us: 0,
+            notes: fallback.into_iter().collect(),
+        })
+    }
+
     /// A runnable module for `spec` on this machine.
     pub fn load_module(
         &self,
         spec: &ModuleSpec<'_>,
         memory: Option<&ModuleCache>,
     ) -> Result<Loaded, ArtifactError> {
+        if let Some(loaded) = memory.and_then(|cache| self.in_memory(spec, cache)) {
+            return Ok(loaded);
+        }
         let started = Instant::now();
         let mut notes = Vec::new();
         let (config, fallback) = engines::effective_config(spec.config, spec.uses_simd);
         notes.extend(fallback);
         let engine = engines::engine(config, None)?;
         let key = ArtifactKey::new(spec.module_sha256, engine.identity());
-        if let Some(module) = memory.and_then(|cache| cache.get(&key)) {
-            return Ok(Loaded {
-                module,
-                source: Source::Memory,
-                config,
-                load_us: 0,
-                notes,
-            });
-        }
         let mut loaded = self.load_artifact(&key, engine.as_ref(), &mut notes)?;
         // The artifact the module came from, whose size it weighs in the cache.
         let mut from = self.artifacts().path(&key);

@@ -337,6 +337,29 @@ fn a_call_on_the_front_end_that_sleeps_is_moved_and_sleeps_on_a_call_thread() {
 }
 
 #[test]
+fn a_call_on_the_front_end_whose_module_is_out_of_memory_is_moved_before_it_loads() {
+    let store = serve_support::store();
+    // Memory for one module: a call of greet puts the fixture's out of it.
+    let server = Server::start(store.path(), &["--workers", "1", "--module-cache-mib", "0"]);
+    earn_inline(&server);
+    let inline = server.metric("hako_calls_inline_total");
+    let greeted = outcome(server.post_json(
+        "/v1/packages/greet/call",
+        &json!({"tool": "greet", "arguments": {"name": "Ada"}}),
+    ));
+    assert_eq!(greeted["outcome"], "ok", "{greeted}");
+    // The fixture's calls run on the front end, but a load reads and hashes its artifact (or
+    // compiles): the call is moved before it loads, and loads and answers on a call thread.
+    let echoed = call_fixture(
+        &server,
+        json!({"tool": "echo", "arguments": {"said": "back"}}),
+    );
+    assert_eq!(echoed["outcome"], "ok", "{echoed}");
+    assert_eq!(server.metric("hako_calls_moved_total"), 1.0);
+    assert_eq!(server.metric("hako_calls_inline_total"), inline);
+}
+
+#[test]
 fn a_call_on_the_front_end_past_its_slice_is_moved_and_ends_at_its_own_limit_from_its_first_start()
 {
     let store = serve_support::store();
