@@ -10,6 +10,10 @@
 //! drives it all from the command line.
 //! No module here names an engine type: engines sit behind [`hako_engine_api`].
 
+// Unsafe code only where an engine or the OS demands it: each such place allows it by name,
+// with a `// SAFETY:` comment that says why it holds.
+#![deny(unsafe_code)]
+
 pub mod bench;
 pub mod call;
 pub mod cli;

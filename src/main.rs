@@ -1,6 +1,8 @@
 //! The `hako` command. Errors become exit statuses as `cli` documents; a closed stdout (for
 //! example `hako tools greet | head -1`) is not an error.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::Parser;

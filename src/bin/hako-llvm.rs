@@ -2,6 +2,8 @@
 //! as `hako-llvm __compile …` for every LLVM compile ([`hako::compile::worker_main`]), so that
 //! `hako` itself never links LLVM. It is the only program of the package that does.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use hako::compile;
