@@ -229,11 +229,11 @@ impl Store {
         for dir in [&root, &artifacts_dir] {
             only_ours(dir)?;
         }
+        let staging = Arc::new(Staging::new(&root));
         // SAFETY: the folder belongs to this user and no one else may write it (checked just
         // above), and by the operator's contract only hako writes it; artifacts are further
         // verified by header and checksum before every load.
         #[allow(unsafe_code)]
-        let staging = Arc::new(Staging::new(&root));
         let artifacts = unsafe { ArtifactCache::open_trusted(&artifacts_dir, staging.clone()) }
             .map_err(io("creating", &artifacts_dir))?;
         Ok(Self {
