@@ -22,6 +22,7 @@ pub mod engines;
 pub mod http;
 pub mod package;
 pub mod protocol;
+pub mod registry;
 pub mod sandbox;
 pub mod serve;
 pub mod store;

@@ -112,7 +112,11 @@ impl UploadError {
         matches!(
             self,
             UploadError::Refused(_)
-                | UploadError::Store(StoreError::VersionChanged { .. } | StoreError::BadVersion(_))
+                | UploadError::Store(
+                    StoreError::VersionChanged { .. }
+                        | StoreError::OriginChanged { .. }
+                        | StoreError::BadVersion(_)
+                )
         ) || self.compile_rule().is_some()
     }
 

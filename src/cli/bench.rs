@@ -29,7 +29,7 @@ use crate::package::Package;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// A package folder or archive, or the name of a stored package.
+    /// A package folder or archive, an oci:// reference, or the name of a stored package.
     #[arg(required_unless_present = "suite", conflicts_with = "suite")]
     package: Option<String>,
     /// The tool to call (default: the first tool the package offers).
@@ -58,6 +58,8 @@ pub struct BenchArgs {
     /// Draw the comparison as an SVG file.
     #[arg(long, value_name = "FILE.svg", conflicts_with = "suite")]
     plot: Option<PathBuf>,
+    #[command(flatten)]
+    registry: super::registry::RegistryArgs,
     /// For a stored package: its store, a folder or a bucket.
     #[command(flatten)]
     store: super::stores::StoreArgs,
@@ -101,7 +103,7 @@ fn run_package(args: &BenchArgs, engines: &[String], shape: RunShape) -> Result<
     // The package (kept alive: an archive's assets live in its temp folder) and its tools.
     let (_package, mut workload, tools) = match super::target(package) {
         Target::Path(path) => {
-            let package = super::load_package(&path, None)?;
+            let package = super::load_package(&path, None, &args.registry)?;
             let workload = workload_of(&package);
             let tools = discover(&workload)?;
             (Some(package), workload, tools)
@@ -155,7 +157,7 @@ fn run_suite(dir: &Path, engines: &[String], shape: RunShape, json: bool) -> Res
     // the last package's bench.json is told at once, not after the others' runs.
     let mut packages: Vec<(Package, Workload)> = Vec::with_capacity(entries.len());
     for entry in &entries {
-        let package = super::load_package(&entry.dir, None)?;
+        let package = super::load_package(&entry.dir, None, &Default::default())?;
         let mut workload = workload_of(&package);
         let tools = discover(&workload)?;
         workload.tool =

@@ -17,8 +17,10 @@ use crate::store::{ModuleSource, ModuleSpec, Source};
 
 #[derive(Debug, Args)]
 pub struct CallArgs {
-    /// A package folder or archive, or the name of a stored package.
+    /// A package folder or archive, an oci:// reference, or the name of a stored package.
     package: String,
+    #[command(flatten)]
+    registry: super::registry::RegistryArgs,
     /// The tool to call.
     tool: String,
     /// The arguments, a JSON object; `-` reads them from stdin (default: {}).
@@ -98,7 +100,7 @@ pub fn run(args: CallArgs) -> Result<(), Failure> {
     // What to run: a package on disk (checked now), or a stored one (checked at upload).
     let (name, wasm, module_sha256, uses_simd, assets) = match super::target(&args.package) {
         Target::Path(path) => {
-            let package = super::load_package(&path, Some(store))?;
+            let package = super::load_package(&path, Some(store), &args.registry)?;
             let assets = package.assets.clone();
             let name = package.manifest.name.clone();
             (

@@ -6,20 +6,22 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::Failure;
-use crate::package::{self, LoadError};
+use crate::package::LoadError;
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// A package folder, or a .tar.gz/.tgz archive of one.
+    /// A package folder, a .tar.gz/.tgz archive of one, or oci://REGISTRY/REPOSITORY:TAG.
     package: PathBuf,
     /// Print the verdict as JSON on stdout.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    registry: super::registry::RegistryArgs,
 }
 
 pub fn run(args: CheckArgs) -> Result<(), Failure> {
     if !args.json {
-        let package = super::load_package(&args.package, None)?;
+        let package = super::load_package(&args.package, None, &args.registry)?;
         outln!(
             "{} {}: valid ABI 1 package{}",
             package.manifest.name,
@@ -32,7 +34,7 @@ pub fn run(args: CheckArgs) -> Result<(), Failure> {
         );
         return Ok(());
     }
-    match package::load(&args.package) {
+    match super::load_quietly(&args.package, None, &args.registry)? {
         Ok(package) => {
             let verdict = serde_json::json!({
                 "valid": true,

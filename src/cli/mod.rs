@@ -21,6 +21,7 @@ mod call;
 mod check;
 mod flags;
 mod keygen;
+mod registry;
 mod run;
 mod serve;
 mod stores;
@@ -49,6 +50,9 @@ enum Command {
     Check(check::CheckArgs),
     /// Check, precompile and discover a package, then store it.
     Upload(upload::UploadArgs),
+    /// Publish a package to an OCI registry (oci://REGISTRY/REPOSITORY:TAG); prints the
+    /// manifest's digest.
+    Push(registry::PushArgs),
     /// Print the tools a package offers, as JSON.
     Tools(tools::ToolsArgs),
     /// Call one tool of a package and print what the model is shown.
@@ -137,6 +141,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Check(args) => check::run(args),
         Command::Upload(args) => upload::run(args),
+        Command::Push(args) => registry::push(args),
         Command::Tools(args) => tools::run(args),
         Command::Call(args) => call::run(args),
         Command::Serve(args) => serve::run(*args),
@@ -169,17 +174,35 @@ fn folder_only(store: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Loads and checks a package folder or archive, printing a refusal's reasons. An archive is
-/// extracted in the store's staging folder when there is a store.
-fn load_package(path: &Path, store: Option<&Store>) -> Result<Package, Failure> {
-    let loaded = match store {
+/// Loads and checks a package folder, archive or `oci://` reference, printing a refusal's
+/// reasons. An archive is extracted, and a pull written, in the store's staging folder when
+/// there is a store.
+fn load_package(
+    path: &Path,
+    store: Option<&Store>,
+    registry: &registry::RegistryArgs,
+) -> Result<Package, Failure> {
+    refusal_printed(path, load_quietly(path, store, registry)?)
+}
+
+/// [`load_package`] without printing a refusal.
+fn load_quietly(
+    path: &Path,
+    store: Option<&Store>,
+    registry: &registry::RegistryArgs,
+) -> Result<Result<Package, LoadError>, Failure> {
+    let work = match store {
         Some(store) if !path.is_dir() => {
-            let work = store.staging().map_err(|err| Failure::Host(err.into()))?;
-            package::load_in(path, &work)
+            store.staging().map_err(|err| Failure::Host(err.into()))?
         }
-        _ => package::load(path),
+        _ => std::env::temp_dir(),
     };
-    refusal_printed(path, loaded)
+    let text = path.to_string_lossy();
+    if crate::registry::Reference::is_reference(&text) {
+        let options = registry.options()?;
+        return Ok(crate::registry::load_blocking(&text, &options, &work));
+    }
+    Ok(package::load_in(path, &work))
 }
 
 /// What a load gave, printing a refusal's reasons (one line each, with its rule).

@@ -49,6 +49,8 @@ pub struct RunArgs {
     limits: LimitArgs,
     #[command(flatten)]
     network: NetworkArgs,
+    #[command(flatten)]
+    registry: super::registry::RegistryArgs,
     /// The module (a .wasm file) or package (a folder, archive or stored name) to run, then
     /// the guest's own arguments: everything after the module is the guest's.
     #[arg(
@@ -94,7 +96,11 @@ struct Runnable {
     program: String,
 }
 
-fn runnable(target: &str, store: &crate::store::Store) -> Result<Runnable, Failure> {
+fn runnable(
+    target: &str,
+    store: &crate::store::Store,
+    registry: &super::registry::RegistryArgs,
+) -> Result<Runnable, Failure> {
     let path = Path::new(target);
     if package::is_module_file(path) {
         let module = super::refusal_printed(path, package::load_module_file(path))?;
@@ -113,13 +119,18 @@ fn runnable(target: &str, store: &crate::store::Store) -> Result<Runnable, Failu
         target => target,
     };
     match target {
-        Target::Path(path) if !path.exists() => Err(Failure::Usage(format!(
-            "{} does not exist (give a .wasm module, a package folder or archive, or a stored \
+        Target::Path(path)
+            if !path.exists()
+                && !crate::registry::Reference::is_reference(&path.to_string_lossy()) =>
+        {
+            Err(Failure::Usage(format!(
+                "{} does not exist (give a .wasm module, a package folder or archive, or a stored \
              package's name)",
-            path.display()
-        ))),
+                path.display()
+            )))
+        }
         Target::Path(path) => {
-            let package = super::load_package(&path, Some(store))?;
+            let package = super::load_package(&path, Some(store), registry)?;
             Ok(Runnable {
                 program: package.manifest.name.clone(),
                 module_sha256: package.module_sha256,
@@ -163,7 +174,7 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         .command
         .split_first()
         .ok_or_else(|| Failure::Usage("name the module to run".into()))?;
-    let runnable = runnable(target, &store)?;
+    let runnable = runnable(target, &store, &args.registry)?;
     let network = args.network.network(&runnable.program)?;
     let loaded = store
         .load_module(

@@ -23,6 +23,9 @@ use crate::upload::{self, UploadError, UploadOptions};
 pub struct ServeArgs {
     #[command(flatten)]
     store: super::stores::StoreArgs,
+    // How uploads by reference (`POST /v1/packages` with `{"reference"}`) reach registries.
+    #[command(flatten)]
+    registry: super::registry::ReachArgs,
     /// With a bucket: milliseconds between two looks at each package's pointer (a conditional
     /// GET); a new version is served within about this long (default: 1000).
     #[arg(long, value_name = "MS", default_value_t = 1000)]
@@ -199,6 +202,7 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
     let mut config = ServeConfig::new(store);
     config.follow = follow;
     config.compile = args.compile.bounds()?;
+    config.registry = args.registry.options()?;
     config.listen = args.listen;
     // An empty variable (HAKO_TOKEN=) is no token, as before roles.
     fn given(token: &Option<String>) -> Option<&str> {
@@ -347,7 +351,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         Target::Path(path) => {
             let mut store = super::open_store(Some(&config.store))?;
             store.set_compile_bounds(config.compile);
-            let loaded = super::load_package(&path, Some(&store))?;
+            let loaded = super::load_package(&path, Some(&store), &Default::default())?;
             match upload::upload(&store, &loaded, &UploadOptions::default()) {
                 Ok(uploaded) => {
                     for message in &uploaded.notes {

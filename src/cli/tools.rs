@@ -10,19 +10,29 @@ use crate::store::{ModuleBytes, ModuleSpec};
 
 #[derive(Debug, Args)]
 pub struct ToolsArgs {
-    /// A package folder or archive, or the name of a stored package.
+    /// A package folder or archive, an oci:// reference, or the name of a stored package.
     package: String,
     #[command(flatten)]
+    registry: super::registry::RegistryArgs,
+    #[command(flatten)]
     store: super::stores::StoreArgs,
+    /// Print an object: the package's name, version and origin (the reference and manifest
+    /// digest it was pulled from, or null), and its tools.
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(args: ToolsArgs) -> Result<(), Failure> {
     let opened = args.store.open()?;
     let store = &opened.store;
-    let tools = match super::target(&args.package) {
-        Target::Stored(name) => opened.stored(&name)?.tools,
+    let (name, version, origin, tools) = match super::target(&args.package) {
+        Target::Stored(name) => {
+            let stored = opened.stored(&name)?;
+            let record = stored.record;
+            (record.name, record.version, record.origin, stored.tools)
+        }
         Target::Path(path) => {
-            let package = super::load_package(&path, Some(store))?;
+            let package = super::load_package(&path, Some(store), &args.registry)?;
             let loaded = store
                 .load_module(
                     &ModuleSpec {
@@ -39,7 +49,12 @@ pub fn run(args: ToolsArgs) -> Result<(), Failure> {
                 &package.manifest.name,
                 package.assets.clone(),
             ) {
-                Ok(discovery) => discovery.tools,
+                Ok(discovery) => (
+                    package.manifest.name.clone(),
+                    package.manifest.version.clone(),
+                    package.origin.clone(),
+                    discovery.tools,
+                ),
                 Err(call::DiscoveryError::Run(err)) => return Err(Failure::Host(err.into())),
                 Err(refusal) => {
                     eprintln!(
@@ -51,7 +66,18 @@ pub fn run(args: ToolsArgs) -> Result<(), Failure> {
             }
         }
     };
-    let json = serde_json::to_string_pretty(&tools).map_err(|err| Failure::Host(err.into()))?;
+    let json = if args.json {
+        let shown = serde_json::json!({
+            "name": name,
+            "version": version,
+            "origin": origin,
+            "tools": tools,
+        });
+        serde_json::to_string_pretty(&shown)
+    } else {
+        serde_json::to_string_pretty(&tools)
+    }
+    .map_err(|err| Failure::Host(err.into()))?;
     outln!("{json}");
     Ok(())
 }

@@ -16,8 +16,10 @@ use crate::upload::{self, UploadError, UploadOptions};
 
 #[derive(Debug, Args)]
 pub struct UploadArgs {
-    /// A package folder, or a .tar.gz/.tgz archive of one.
+    /// A package folder, a .tar.gz/.tgz archive of one, or oci://REGISTRY/REPOSITORY:TAG.
     package: PathBuf,
+    #[command(flatten)]
+    registry: super::registry::RegistryArgs,
     #[command(flatten)]
     store: super::stores::StoreArgs,
     /// The engine to precompile for: wasmer, or wasmtime in a build with it (default: wasmer).
@@ -49,7 +51,7 @@ pub fn run(args: UploadArgs) -> Result<(), Failure> {
     let mut opened = args.store.open_writable()?;
     opened.store.set_compile_bounds(bounds);
     let store = &opened.store;
-    let package = super::load_package(&args.package, Some(store))?;
+    let package = super::load_package(&args.package, Some(store), &args.registry)?;
     let configs = if args.compilers.is_empty() {
         vec![EngineConfig::new(args.engine, None)]
     } else {

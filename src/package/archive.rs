@@ -95,6 +95,32 @@ pub fn extract(archive: &Path, dest: &Path) -> Result<PathBuf, ExtractError> {
     })
 }
 
+/// Unpacks a layer of files (a tar+gzip whose paths are relative to `dest`, such as a pulled
+/// package's assets) into `dest`, which it creates, under the same rules and bounds as a
+/// package archive.
+pub fn extract_layer(layer: &Path, dest: &Path) -> Result<(), ExtractError> {
+    let io = |path: &Path, source| ExtractError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = fs::File::open(layer).map_err(|source| io(layer, source))?;
+    fs::create_dir(dest).map_err(|source| io(dest, source))?;
+    let mut problems = Vec::new();
+    match unpack(io::BufReader::new(file), dest, &mut problems) {
+        Ok(()) => {}
+        Err(Unpack::Io(path, source)) => return Err(ExtractError::Io { path, source }),
+        Err(Unpack::Malformed(error)) => problems.push(Problem::new(
+            "archive.invalid",
+            format!("the layer is not a readable tar+gzip: {error}"),
+        )),
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ExtractError::Refused(problems))
+    }
+}
+
 enum Unpack {
     /// Writing below the destination failed.
     Io(PathBuf, io::Error),

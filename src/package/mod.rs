@@ -129,6 +129,8 @@ pub struct Package {
     pub module_sha256: String,
     /// Whether the module uses 128-bit SIMD (which the singlepass compiler cannot compile).
     pub uses_simd: bool,
+    /// Where a package pulled from a registry came from (`None` for a folder or an archive).
+    pub origin: Option<crate::registry::Origin>,
     /// Keeps an extracted archive on disk for as long as the package lives.
     _extracted: Option<TempDir>,
 }
@@ -142,6 +144,7 @@ impl fmt::Debug for Package {
             .field("assets", &self.assets)
             .field("module_sha256", &self.module_sha256)
             .field("uses_simd", &self.uses_simd)
+            .field("origin", &self.origin)
             .finish_non_exhaustive()
     }
 }
@@ -157,20 +160,28 @@ pub fn load(path: &Path) -> Result<Package, LoadError> {
 /// killed process leaves is swept).
 pub fn load_in(path: &Path, work: &Path) -> Result<Package, LoadError> {
     let metadata = fs::metadata(path).map_err(|source| LoadError::io(path, source))?;
-    let (root, extracted) = if metadata.is_dir() {
-        (path.to_path_buf(), None)
-    } else {
-        let temp = tempfile::Builder::new()
-            .prefix("extracted-")
-            .tempdir_in(work)
-            .map_err(|source| LoadError::io(path, source))?;
-        let root = archive::extract(path, temp.path()).map_err(|error| match error {
-            archive::ExtractError::Io { path, source } => LoadError::Io { path, source },
-            archive::ExtractError::Refused(problems) => LoadError::refused(problems),
-        })?;
-        (root, Some(temp))
-    };
+    if metadata.is_dir() {
+        return check(path.to_path_buf(), None);
+    }
+    let temp = tempfile::Builder::new()
+        .prefix("extracted-")
+        .tempdir_in(work)
+        .map_err(|source| LoadError::io(path, source))?;
+    let root = archive::extract(path, temp.path()).map_err(|error| match error {
+        archive::ExtractError::Io { path, source } => LoadError::Io { path, source },
+        archive::ExtractError::Refused(problems) => LoadError::refused(problems),
+    })?;
+    check(root, Some(temp))
+}
 
+/// Checks the package a registry pull wrote to `root`, inside `pulled`, which then lives as
+/// long as the package.
+pub fn load_pulled(pulled: TempDir, root: &Path) -> Result<Package, LoadError> {
+    check(root.to_path_buf(), Some(pulled))
+}
+
+/// Every check of the package whose files are at `root`.
+fn check(root: PathBuf, extracted: Option<TempDir>) -> Result<Package, LoadError> {
     let mut problems = Vec::new();
     let manifest = read_manifest(&root, &mut problems)?;
     let wasm = read_module(&root, &mut problems)?;
@@ -192,6 +203,7 @@ pub fn load_in(path: &Path, work: &Path) -> Result<Package, LoadError> {
             wasm,
             assets,
             uses_simd,
+            origin: None,
             _extracted: extracted,
         }),
         _ => Err(LoadError::refused(problems)),

@@ -48,6 +48,7 @@ pub fn list(server: &Server, caller: Caller<'_>) -> Response<Body> {
                 "name": record.name,
                 "version": record.version,
                 "description": record.description,
+                "origin": record.origin,
                 "tools": served.stored.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
             })
         })
@@ -68,6 +69,7 @@ pub fn show(server: &Server, name: &str) -> Response<Body> {
                     "description": record.description,
                     "module_sha256": record.module_sha256,
                     "engines": record.engines,
+                    "origin": record.origin,
                     "tools": served.stored.tools,
                 }),
             )
@@ -112,9 +114,11 @@ impl UploadFailure {
 /// (`--max-upload-in-flight`; 503 beyond, before anything is read).
 pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Response<Body> {
     let max = server.config.max_upload_bytes;
-    // A body of unknown length may take up to the largest upload.
-    let reserved =
-        body::declared_length(&request).map_or(max as u64, |length| length.min(max as u64));
+    // A body of unknown length may take up to the largest upload, and so may a pull.
+    let reserved = match body::declared_length(&request) {
+        Some(length) if !is_json(&request) => length.min(max as u64),
+        _ => max as u64,
+    };
     let Some(_in_flight) = server.upload_budget.reserve(reserved) else {
         return response::busy(
             "application/json",
@@ -131,24 +135,17 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
         Ok(staging) => staging,
         Err(err) => return response::internal(&err),
     };
-    let archive = match tempfile::Builder::new()
-        .prefix("upload-")
-        .suffix(".tar.gz")
-        .tempfile_in(&staging)
-    {
-        Ok(archive) => archive,
-        Err(err) => return response::internal(&err),
+    let source = if is_json(&request) {
+        match fetch(server, request, &staging).await {
+            Ok(fetched) => Source::Pulled(Box::new(fetched)),
+            Err(response) => return response,
+        }
+    } else {
+        match receive(server, request, &staging).await {
+            Ok(archive) => Source::Archive(archive),
+            Err(response) => return response,
+        }
     };
-    let mut file = match archive.reopen() {
-        Ok(file) => tokio::fs::File::from_std(file),
-        Err(err) => return response::internal(&err),
-    };
-    if let Err(response) =
-        body::stream_to_file(request, max, server.config.body_timeout, &mut file).await
-    {
-        return response;
-    }
-    drop(file);
     let _one_at_a_time = server.uploads.lock().await;
     // On a bucket, no fetch touches the cache between storing the version there and
     // publishing it.
@@ -158,7 +155,11 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
     };
     let work = tokio::task::spawn_blocking(move || -> Result<Stored, UploadFailure> {
         let internal = UploadFailure::internal;
-        let package = match package::load_in(archive.path(), &staging) {
+        let loaded = match source {
+            Source::Archive(archive) => package::load_in(archive.path(), &staging),
+            Source::Pulled(fetched) => fetched.check(),
+        };
+        let package = match loaded {
             Ok(package) => package,
             Err(LoadError::Refused(refusal)) => {
                 let problems = serde_json::to_value(&refusal.problems).unwrap_or_default();
@@ -204,9 +205,10 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
                     .await
                 {
                     Ok(put) => upload::Uploaded { put, ..uploaded },
-                    Err(RemoteError::Store(err @ StoreError::VersionChanged { .. })) => {
-                        return UploadFailure::Refused(refused_version(&err)).response()
-                    }
+                    Err(RemoteError::Store(
+                        err
+                        @ (StoreError::VersionChanged { .. } | StoreError::OriginChanged { .. }),
+                    )) => return UploadFailure::Refused(refused_version(&err)).response(),
                     Err(err) => {
                         let id = fault::log(&err);
                         return response::busy(
@@ -234,6 +236,96 @@ pub async fn upload(server: &Arc<Server>, request: Request<Incoming>) -> Respons
     let mut summary = uploaded.to_json();
     summary["tools"] = json!(std::mem::take(&mut uploaded.tools));
     response::json(status, &summary)
+}
+
+/// What an upload brings: an archive received, or a package pulled from a registry.
+enum Source {
+    Archive(tempfile::NamedTempFile),
+    Pulled(Box<crate::registry::Fetched>),
+}
+
+/// Whether the upload's body is JSON (a reference) rather than an archive.
+fn is_json(request: &Request<Incoming>) -> bool {
+    request
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|value| value.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// The archive of an upload, streamed to a file in `staging`.
+async fn receive(
+    server: &Arc<Server>,
+    request: Request<Incoming>,
+    staging: &std::path::Path,
+) -> Result<tempfile::NamedTempFile, Response<Body>> {
+    let archive = tempfile::Builder::new()
+        .prefix("upload-")
+        .suffix(".tar.gz")
+        .tempfile_in(staging)
+        .map_err(|err| response::internal(&err))?;
+    let file = archive.reopen().map_err(|err| response::internal(&err))?;
+    let mut file = tokio::fs::File::from_std(file);
+    body::stream_to_file(
+        request,
+        server.config.max_upload_bytes,
+        server.config.body_timeout,
+        &mut file,
+    )
+    .await?;
+    Ok(archive)
+}
+
+/// The largest reference body read.
+const MAX_REFERENCE_BODY: usize = 64 * 1024;
+
+/// The package a JSON upload names, pulled into `staging` (not yet checked), within the
+/// server's registry options and its upload bound.
+async fn fetch(
+    server: &Arc<Server>,
+    request: Request<Incoming>,
+    staging: &std::path::Path,
+) -> Result<crate::registry::Fetched, Response<Body>> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Named {
+        reference: String,
+        name: Option<String>,
+        version: Option<String>,
+    }
+    let bytes = body::read_whole(request, MAX_REFERENCE_BODY, server.config.body_timeout).await?;
+    let named: Named = serde_json::from_slice(&bytes).map_err(|err| {
+        problem(
+            StatusCode::BAD_REQUEST,
+            &format!(
+                "a JSON upload is {{\"reference\": \"oci://REGISTRY/REPOSITORY:TAG\"}}, with \
+                 \"name\" and \"version\" for a module-only artifact: {err}"
+            ),
+        )
+    })?;
+    let reference = crate::registry::Reference::parse(&named.reference).map_err(|reason| {
+        UploadFailure::Refused(json!([{"rule": "oci.reference", "message": reason}])).response()
+    })?;
+    let mut options = server.config.registry.clone();
+    options.limits.max_pull_bytes = options
+        .limits
+        .max_pull_bytes
+        .min(server.config.max_upload_bytes as u64);
+    options.names = crate::registry::Names {
+        name: named.name,
+        version: named.version,
+    };
+    let registry = options.registry().map_err(|err| response::internal(&err))?;
+    crate::registry::fetch(&registry, &reference, &options, staging)
+        .await
+        .map_err(|err| match err {
+            LoadError::Refused(refusal) => {
+                UploadFailure::Refused(serde_json::to_value(&refusal.problems).unwrap_or_default())
+                    .response()
+            }
+            other => problem(StatusCode::BAD_GATEWAY, &crate::error_chain(&other)),
+        })
 }
 
 /// An upload stored in the store, and what the package offered before it.

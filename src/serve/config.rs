@@ -72,6 +72,8 @@ pub struct ServeConfig {
     pub follow: Option<follow::FollowConfig>,
     /// The bounds of every compile (uploads, and calls that find no artifact).
     pub compile: CompileBounds,
+    /// How uploads by reference reach registries (credentials, plain HTTP, CAs).
+    pub registry: crate::registry::Options,
 }
 
 impl ServeConfig {
@@ -108,6 +110,7 @@ impl ServeConfig {
             max_connections: None,
             max_guest_descriptors: None,
             follow: None,
+            registry: crate::registry::Options::default(),
         };
         config.ready_instances = config.default_ready_instances();
         config

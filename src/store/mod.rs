@@ -74,6 +74,17 @@ pub enum StoreError {
     )]
     VersionChanged { name: String, version: String },
     #[error(
+        "{name} {version} is already stored from the manifest {stored}, and its reference now \
+         names {now}: a tag moved under a stored version is refused, as a changed module is; \
+         push the change as a new version"
+    )]
+    OriginChanged {
+        name: String,
+        version: String,
+        stored: String,
+        now: String,
+    },
+    #[error(
         "version {0:?} is not a version the store keeps (rule manifest.version: 1 to 64 bytes of \
          0-9, A-Z, a-z, '.', '+' and '-', not starting with '.')"
     )]
@@ -141,6 +152,28 @@ pub struct UploadRecord {
     /// The engine configurations artifacts were made with (`wasmer-cranelift`, …).
     #[serde(alias = "compilers")]
     pub engines: Vec<String>,
+    /// Where the version was pulled from, for one from a registry: the reference as given and
+    /// the manifest's digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<crate::registry::Origin>,
+}
+
+impl UploadRecord {
+    /// Whether a package that `origin` describes may be this stored version again: the same
+    /// manifest, or one of them not from a registry at all. `Err` names the two digests.
+    pub fn same_origin(&self, origin: Option<&crate::registry::Origin>) -> Result<(), StoreError> {
+        match (&self.origin, origin) {
+            (Some(stored), Some(now)) if stored.digest != now.digest => {
+                Err(StoreError::OriginChanged {
+                    name: self.name.clone(),
+                    version: self.version.clone(),
+                    stored: stored.digest.to_string(),
+                    now: now.digest.to_string(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A stored version of a package.
@@ -405,6 +438,7 @@ impl Store {
             module_sha256: package.module_sha256.clone(),
             uses_simd: package.uses_simd,
             engines: engines.to_vec(),
+            origin: package.origin.clone(),
         };
         let result = if final_dir.exists() {
             let stored = self.version(name, version)?;
@@ -414,6 +448,7 @@ impl Store {
                     version: version.clone(),
                 });
             }
+            stored.record.same_origin(package.origin.as_ref())?;
             PutResult::Unchanged
         } else {
             let work = self.staging()?;

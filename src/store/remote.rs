@@ -271,6 +271,7 @@ pub async fn publish(
             }
             .into());
         }
+        existing.upload.same_origin(record.upload.origin.as_ref())?;
         record_bytes = existing_bytes;
         put = PutResult::Unchanged;
     }

@@ -25,6 +25,8 @@ mod http_abi;
 mod leftovers;
 mod memory_images;
 mod object_store;
+mod oci_hostile;
+mod oci_registry;
 mod run_command;
 mod sandbox_rules;
 mod serve_api;
@@ -34,5 +36,7 @@ mod serve_mcp_clients;
 mod serve_roles;
 mod serve_stdio;
 mod serve_waits;
+#[cfg(feature = "sigstore")]
+mod sigstore_conformance;
 mod upload;
 mod wasi_testsuite;

@@ -289,8 +289,10 @@ pub fn pip_venv(name: &str, requirement: &str, purpose: &str) -> Result<PathBuf,
 
 pub mod configs;
 pub mod host;
+pub mod hostile_registry;
 pub mod https;
 pub mod mcp_wat;
+pub mod registry;
 pub mod seaweed;
 
 /// The committed example module's bytes.

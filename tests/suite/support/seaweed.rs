@@ -54,7 +54,7 @@ pub struct Seaweed {
 const S3_PORT: usize = 6;
 
 /// Free loopback ports, taken together so that none is handed out twice.
-fn free_ports(count: usize) -> Vec<u16> {
+pub fn free_ports(count: usize) -> Vec<u16> {
     // One test at a time picks ports, so that two starts do not race for the same ones.
     static PICKING: Mutex<()> = Mutex::new(());
     let _one = PICKING.lock().unwrap_or_else(|poison| poison.into_inner());
