@@ -589,3 +589,123 @@ fn a_signature_of_another_manifest_listed_for_this_one_is_refused() {
         "{stderr}"
     );
 }
+
+/// A token service for the token-auth registry, on the hostile registry's server (TLS, the
+/// test CA): every token it issues grants what its request's scope asks, to anyone, as a
+/// registry of public images answers an anonymous pull. Tokens are JWTs (ES256) with the
+/// signing certificate in `x5c`, which the registry checks against its bundle.
+struct TokenService {
+    server: crate::support::hostile_registry::HostileRegistry,
+    bundle: tempfile::NamedTempFile,
+}
+
+impl TokenService {
+    fn start() -> TokenService {
+        use crate::support::hostile_registry::{HostileRegistry, Reply};
+        use base64::Engine as _;
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(Vec::<String>::new())
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let bundle = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(bundle.path(), cert.pem()).unwrap();
+        let url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let header = url.encode(
+            json!({
+                "typ": "JWT",
+                "alg": "ES256",
+                "x5c": [base64::engine::general_purpose::STANDARD.encode(cert.der())],
+            })
+            .to_string(),
+        );
+        let rng = ring::rand::SystemRandom::new();
+        let signer = ring::signature::EcdsaKeyPair::from_pkcs8(
+            &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+            &key.serialize_der(),
+            &rng,
+        )
+        .unwrap();
+        let server = HostileRegistry::start(true, move |_, path, nth| {
+            let query = path.split_once('?').map_or("", |(_, query)| query);
+            let access: Vec<Value> = url::form_urlencoded::parse(query.as_bytes())
+                .filter(|(name, _)| name == "scope")
+                .filter_map(|(_, scope)| {
+                    let mut parts = scope.splitn(3, ':');
+                    let (kind, name, actions) = (parts.next()?, parts.next()?, parts.next()?);
+                    Some(json!({"type": kind, "name": name, "actions": actions.split(',').collect::<Vec<_>>()}))
+                })
+                .collect();
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs();
+            let claims = url.encode(
+                json!({
+                    "iss": support::registry::TOKEN_ISSUER,
+                    "sub": "",
+                    "aud": support::registry::TOKEN_SERVICE,
+                    "exp": now + 300,
+                    "nbf": now - 10,
+                    "iat": now,
+                    "jti": format!("token-{nth}"),
+                    "access": access,
+                })
+                .to_string(),
+            );
+            let signing_input = format!("{header}.{claims}");
+            let signature = signer.sign(&rng, signing_input.as_bytes()).unwrap();
+            let token = format!("{signing_input}.{}", url.encode(signature.as_ref()));
+            Reply::ok(
+                "application/json",
+                json!({"token": token, "expires_in": 300}).to_string().into_bytes(),
+            )
+        });
+        TokenService { server, bundle }
+    }
+
+    fn realm(&self) -> String {
+        format!("https://{}/token", self.server.address())
+    }
+}
+
+#[test]
+fn an_anonymous_pull_and_push_answer_a_bearer_challenge_with_a_token_from_the_realm() {
+    let tokens = TokenService::start();
+    let registry = TestRegistry::token_auth(&tokens.realm(), tokens.bundle.path());
+    let store = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let reference = registry.reference("public/greet:1");
+    let ca = tokens.server.ca_file();
+    let hako = |args: &[&str]| {
+        registry
+            .hako(store.path())
+            .env("HOME", home.path())
+            .env_remove("DOCKER_CONFIG")
+            .args(args)
+            .args(["--registry-ca", support::arg(&ca)])
+            .output()
+            .unwrap()
+    };
+    // The registry answers every request without a token with a challenge naming the realm.
+    let pushed = hako(&["push", support::arg(&support::greet_package_dir()), &reference]);
+    succeeded("push with a token", &pushed);
+    let checked = hako(&["check", &reference]);
+    assert!(succeeded("check with a token", &checked).contains("valid ABI 1 package"));
+    let asked: Vec<String> = tokens
+        .server
+        .seen()
+        .into_iter()
+        .map(|(_, path)| path)
+        .collect();
+    assert!(
+        asked.iter().any(|path| path.contains("scope=repository%3Apublic%2Fgreet%3Apull%2Cpush")),
+        "{asked:?}"
+    );
+    assert!(
+        asked.iter().any(|path| path.ends_with("scope=repository%3Apublic%2Fgreet%3Apull")
+            || path.contains("scope=repository%3Apublic%2Fgreet%3Apull&")),
+        "{asked:?}"
+    );
+    assert!(asked.iter().all(|path| path.contains("service=hako-test-registry")), "{asked:?}");
+}

@@ -15,6 +15,9 @@ use base64::Engine as _;
 /// The login the secured registry takes.
 pub const USER: &str = "hako-tester";
 pub const PASSWORD: &str = "registry-password-7f3a";
+/// The service and issuer of the token-auth registry's tokens.
+pub const TOKEN_SERVICE: &str = "hako-test-registry";
+pub const TOKEN_ISSUER: &str = "hako-test-issuer";
 /// How long a start may take before the test fails (it takes well under a second).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -29,15 +32,22 @@ pub struct TestRegistry {
 impl TestRegistry {
     /// A registry over plain HTTP with no auth, on 127.0.0.1.
     pub fn plain() -> TestRegistry {
-        TestRegistry::start(false)
+        TestRegistry::start(false, None)
     }
 
     /// A registry over TLS (a test CA's certificate for `localhost`) with basic auth.
     pub fn secured() -> TestRegistry {
-        TestRegistry::start(true)
+        TestRegistry::start(true, None)
     }
 
-    fn start(secured: bool) -> TestRegistry {
+    /// A registry over plain HTTP that takes only bearer tokens: its challenges name `realm`,
+    /// service [`TOKEN_SERVICE`], and it accepts tokens signed by the certificate in `bundle`
+    /// (PEM) and issued by [`TOKEN_ISSUER`] (the distribution registry's token auth).
+    pub fn token_auth(realm: &str, bundle: &Path) -> TestRegistry {
+        TestRegistry::start(false, Some((realm.to_string(), bundle.to_path_buf())))
+    }
+
+    fn start(secured: bool, token: Option<(String, PathBuf)>) -> TestRegistry {
         let dir = tempfile::tempdir().expect("a registry folder");
         let port = super::seaweed::free_ports(1)[0];
         let mut config = format!(
@@ -69,6 +79,13 @@ impl TestRegistry {
             let auths =
                 serde_json::json!({"auths": {format!("localhost:{port}"): {"auth": login}}});
             std::fs::write(dir.path().join("config.json"), auths.to_string()).unwrap();
+        }
+        if let Some((realm, bundle)) = token {
+            config.push_str(&format!(
+                "auth:\n  token:\n    realm: {realm}\n    service: {TOKEN_SERVICE}\n    \
+                 issuer: {TOKEN_ISSUER}\n    rootcertbundle: {}\n",
+                bundle.display()
+            ));
         }
         std::fs::write(dir.path().join("config.yml"), config).unwrap();
         let log = std::fs::File::create(dir.path().join("registry.log")).unwrap();
