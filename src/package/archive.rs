@@ -73,22 +73,11 @@ pub enum ExtractError {
 /// Extracts the archive at `archive` into `dest` (an empty folder) and returns the package
 /// root inside it.
 pub fn extract(archive: &Path, dest: &Path) -> Result<PathBuf, ExtractError> {
-    let file = fs::File::open(archive).map_err(|source| ExtractError::Io {
-        path: archive.to_path_buf(),
-        source,
-    })?;
-    let mut problems = Vec::new();
-    match unpack(io::BufReader::new(file), dest, &mut problems) {
-        Ok(()) => {}
-        Err(Unpack::Io(path, source)) => return Err(ExtractError::Io { path, source }),
-        Err(Unpack::Malformed(error)) => problems.push(Problem::new(
-            "archive.invalid",
-            format!("the package is not a readable .tar.gz archive: {error}"),
-        )),
-    }
-    if !problems.is_empty() {
-        return Err(ExtractError::Refused(problems));
-    }
+    unpack_file(
+        archive,
+        dest,
+        "the package is not a readable .tar.gz archive",
+    )?;
     package_root(dest).map_err(|source| ExtractError::Io {
         path: dest.to_path_buf(),
         source,
@@ -99,19 +88,27 @@ pub fn extract(archive: &Path, dest: &Path) -> Result<PathBuf, ExtractError> {
 /// package's assets) into `dest`, which it creates, under the same rules and bounds as a
 /// package archive.
 pub fn extract_layer(layer: &Path, dest: &Path) -> Result<(), ExtractError> {
-    let io = |path: &Path, source| ExtractError::Io {
-        path: path.to_path_buf(),
+    fs::create_dir(dest).map_err(|source| ExtractError::Io {
+        path: dest.to_path_buf(),
         source,
-    };
-    let file = fs::File::open(layer).map_err(|source| io(layer, source))?;
-    fs::create_dir(dest).map_err(|source| io(dest, source))?;
+    })?;
+    unpack_file(layer, dest, "the layer is not a readable tar+gzip")
+}
+
+/// Unpacks the tar+gzip file at `archive` into `dest`; a file that is not one is refused as
+/// `archive.invalid`, saying `unreadable`.
+fn unpack_file(archive: &Path, dest: &Path, unreadable: &str) -> Result<(), ExtractError> {
+    let file = fs::File::open(archive).map_err(|source| ExtractError::Io {
+        path: archive.to_path_buf(),
+        source,
+    })?;
     let mut problems = Vec::new();
     match unpack(io::BufReader::new(file), dest, &mut problems) {
         Ok(()) => {}
         Err(Unpack::Io(path, source)) => return Err(ExtractError::Io { path, source }),
         Err(Unpack::Malformed(error)) => problems.push(Problem::new(
             "archive.invalid",
-            format!("the layer is not a readable tar+gzip: {error}"),
+            format!("{unreadable}: {error}"),
         )),
     }
     if problems.is_empty() {

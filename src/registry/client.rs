@@ -529,6 +529,73 @@ impl Registry {
             })
     }
 
+    /// A GET of `path` below the repository: its whole body, at most `limit` bytes (refused by
+    /// `rule` past them), and its content type. Any status but success is refused as
+    /// [`Registry::unexpected`] says, naming `doing`.
+    pub async fn get_whole(
+        &self,
+        reference: &Reference,
+        path: &str,
+        accept: Option<&str>,
+        limit: u64,
+        rule: &'static str,
+        doing: &str,
+    ) -> Result<(Bytes, Option<String>), RegistryError> {
+        let headers: Vec<_> = accept
+            .map(|accept| (header::ACCEPT, accept.to_string()))
+            .into_iter()
+            .collect();
+        let answer = self
+            .send(
+                reference,
+                Access::Pull,
+                Method::GET,
+                path,
+                &headers,
+                Bytes::new(),
+            )
+            .await?;
+        if !answer.response.status().is_success() {
+            return Err(self.unexpected(answer, reference, doing).await);
+        }
+        let content_type = answer
+            .response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_string);
+        let bytes = self
+            .read_bounded(answer.response, limit, rule, reference)
+            .await?;
+        Ok((bytes, content_type))
+    }
+
+    /// [`Registry::get_whole`] of `kind/digest` (`manifests`, asked as image manifests, or
+    /// `blobs`), refused by rule `oci.digest` unless its bytes are that digest's.
+    pub async fn get_by_digest(
+        &self,
+        reference: &Reference,
+        kind: &str,
+        digest: &Digest,
+        limit: u64,
+        rule: &'static str,
+        what: &str,
+    ) -> Result<Bytes, RegistryError> {
+        let path = format!("{kind}/{digest}");
+        let doing = format!("reading {what} {digest}");
+        let accept = (kind == "manifests").then_some(super::layout::IMAGE_MANIFEST);
+        let (bytes, _) = self
+            .get_whole(reference, &path, accept, limit, rule, &doing)
+            .await?;
+        if Digest::of(&bytes) != *digest {
+            return Err(RegistryError::refused(
+                "oci.digest",
+                format!("{reference}: {what} {digest} does not match its digest"),
+            ));
+        }
+        Ok(bytes)
+    }
+
     /// A whole body of at most `limit` bytes, each piece within the read timeout; past the
     /// limit, refused by `rule` without reading on.
     pub async fn read_bounded(

@@ -17,7 +17,7 @@
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use http::{header, Method};
+use http::Method;
 
 use super::client::{Access, Registry};
 use super::layout::{self, Blob, Layout};
@@ -224,37 +224,16 @@ async fn manifest(
     registry: &Registry,
     reference: &Reference,
 ) -> Result<(Bytes, Option<String>), RegistryError> {
-    let accept = layout::ACCEPTED.join(", ");
-    let answer = registry
-        .send(
+    registry
+        .get_whole(
             reference,
-            Access::Pull,
-            Method::GET,
             &format!("manifests/{}", reference.manifest_key()),
-            &[(header::ACCEPT, accept)],
-            Bytes::new(),
-        )
-        .await?;
-    if !answer.response.status().is_success() {
-        return Err(registry
-            .unexpected(answer, reference, "reading the manifest")
-            .await);
-    }
-    let content_type = answer
-        .response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_string);
-    let bytes = registry
-        .read_bounded(
-            answer.response,
+            Some(&layout::ACCEPTED.join(", ")),
             registry.limits.max_manifest_bytes,
             "oci.manifest_size",
-            reference,
+            "reading the manifest",
         )
-        .await?;
-    Ok((bytes, content_type))
+        .await
 }
 
 /// One blob into the file at `path`, by its digest.

@@ -137,35 +137,16 @@ async fn bundle(
 ) -> Result<Found, RegistryError> {
     let referrer = Digest::parse(&descriptor.digest)
         .map_err(|reason| RegistryError::refused("oci.signature", reason))?;
-    let answer = registry
-        .send(
-            reference,
-            Access::Pull,
-            Method::GET,
-            &format!("manifests/{referrer}"),
-            &[(header::ACCEPT, IMAGE_MANIFEST.to_string())],
-            Bytes::new(),
-        )
-        .await?;
-    if !answer.response.status().is_success() {
-        return Err(registry
-            .unexpected(answer, reference, "reading a signature's manifest")
-            .await);
-    }
     let bytes = registry
-        .read_bounded(
-            answer.response,
+        .get_by_digest(
+            reference,
+            "manifests",
+            &referrer,
             registry.limits.max_manifest_bytes,
             "oci.signature",
-            reference,
+            "the signature manifest",
         )
         .await?;
-    if Digest::of(&bytes) != referrer {
-        return Err(RegistryError::refused(
-            "oci.digest",
-            format!("{reference}: the signature manifest {referrer} does not match its digest"),
-        ));
-    }
     let manifest: ImageManifest = serde_json::from_slice(&bytes).map_err(|error| {
         RegistryError::refused(
             "oci.signature",
@@ -206,30 +187,16 @@ async fn bundle(
     }
     let layer_digest = Digest::parse(&layer.digest)
         .map_err(|reason| RegistryError::refused("oci.signature", reason))?;
-    let answer = registry
-        .send(
+    let bytes = registry
+        .get_by_digest(
             reference,
-            Access::Pull,
-            Method::GET,
-            &format!("blobs/{layer_digest}"),
-            &[],
-            Bytes::new(),
+            "blobs",
+            &layer_digest,
+            layer.size,
+            "oci.blob_size",
+            "the bundle",
         )
         .await?;
-    if !answer.response.status().is_success() {
-        return Err(registry
-            .unexpected(answer, reference, "reading a signature's bundle")
-            .await);
-    }
-    let bytes = registry
-        .read_bounded(answer.response, layer.size, "oci.blob_size", reference)
-        .await?;
-    if Digest::of(&bytes) != layer_digest {
-        return Err(RegistryError::refused(
-            "oci.digest",
-            format!("{reference}: the bundle {layer_digest} does not match its digest"),
-        ));
-    }
     Ok(Found::Bundle(bytes.to_vec()))
 }
 

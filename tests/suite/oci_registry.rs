@@ -432,6 +432,32 @@ fn sigstore_key(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::PathB
     (private, public)
 }
 
+/// Pushes the package at `dir` to `reference`, signed with the private key `key`; its digest.
+#[cfg(feature = "sigstore")]
+fn push_signed(
+    registry: &TestRegistry,
+    store: &Path,
+    dir: &Path,
+    reference: &str,
+    key: &Path,
+) -> String {
+    let output = registry
+        .hako(store)
+        .args([
+            "push",
+            support::arg(dir),
+            reference,
+            "--json",
+            "--sign",
+            support::arg(key),
+        ])
+        .output()
+        .unwrap();
+    let pushed: Value = serde_json::from_str(&succeeded("signed push", &output)).unwrap();
+    assert_eq!(pushed["signed"], true);
+    pushed["digest"].as_str().unwrap().to_string()
+}
+
 #[cfg(feature = "sigstore")]
 #[test]
 fn a_package_signed_at_push_is_accepted_under_its_key_and_refused_unsigned_or_under_another() {
@@ -441,20 +467,13 @@ fn a_package_signed_at_push_is_accepted_under_its_key_and_refused_unsigned_or_un
     let (private, public) = sigstore_key(keys.path(), "signer");
     let (_, other) = sigstore_key(keys.path(), "other");
     let signed = registry.reference("signed/greet:1");
-    let output = registry
-        .hako(store.path())
-        .args([
-            "push",
-            support::arg(&support::greet_package_dir()),
-            &signed,
-            "--json",
-        ])
-        .args(["--sign", support::arg(&private)])
-        .output()
-        .unwrap();
-    let pushed: Value = serde_json::from_str(&succeeded("signed push", &output)).unwrap();
-    assert_eq!(pushed["signed"], true);
-    let digest = pushed["digest"].as_str().unwrap().to_string();
+    let digest = push_signed(
+        &registry,
+        store.path(),
+        &support::greet_package_dir(),
+        &signed,
+        &private,
+    );
     // A registry without the referrers API: the bundle is listed under the fallback tag.
     let fallback = registry
         .storage()
@@ -523,19 +542,13 @@ fn a_signature_of_another_manifest_listed_for_this_one_is_refused() {
     let keys = tempfile::tempdir().unwrap();
     let (private, public) = sigstore_key(keys.path(), "signer");
     let first = registry.reference("moved/pkg:signed");
-    let output = registry
-        .hako(store.path())
-        .args([
-            "push",
-            support::arg(&support::greet_package_dir()),
-            &first,
-            "--json",
-        ])
-        .args(["--sign", support::arg(&private)])
-        .output()
-        .unwrap();
-    let pushed: Value = serde_json::from_str(&succeeded("push", &output)).unwrap();
-    let signed_digest = pushed["digest"].as_str().unwrap().to_string();
+    let signed_digest = push_signed(
+        &registry,
+        store.path(),
+        &support::greet_package_dir(),
+        &first,
+        &private,
+    );
     let other = support::fixture_package("greet", None);
     let second = registry.reference("moved/pkg:unsigned");
     let unsigned_digest = push(&registry, store.path(), other.path(), &second);
@@ -658,7 +671,9 @@ impl TokenService {
             let token = format!("{signing_input}.{}", url.encode(signature.as_ref()));
             Reply::ok(
                 "application/json",
-                json!({"token": token, "expires_in": 300}).to_string().into_bytes(),
+                json!({"token": token, "expires_in": 300})
+                    .to_string()
+                    .into_bytes(),
             )
         });
         TokenService { server, bundle }
@@ -688,7 +703,11 @@ fn an_anonymous_pull_and_push_answer_a_bearer_challenge_with_a_token_from_the_re
             .unwrap()
     };
     // The registry answers every request without a token with a challenge naming the realm.
-    let pushed = hako(&["push", support::arg(&support::greet_package_dir()), &reference]);
+    let pushed = hako(&[
+        "push",
+        support::arg(&support::greet_package_dir()),
+        &reference,
+    ]);
     succeeded("push with a token", &pushed);
     let checked = hako(&["check", &reference]);
     assert!(succeeded("check with a token", &checked).contains("valid ABI 1 package"));
@@ -699,13 +718,22 @@ fn an_anonymous_pull_and_push_answer_a_bearer_challenge_with_a_token_from_the_re
         .map(|(_, path)| path)
         .collect();
     assert!(
-        asked.iter().any(|path| path.contains("scope=repository%3Apublic%2Fgreet%3Apull%2Cpush")),
+        asked
+            .iter()
+            .any(|path| path.contains("scope=repository%3Apublic%2Fgreet%3Apull%2Cpush")),
         "{asked:?}"
     );
     assert!(
-        asked.iter().any(|path| path.ends_with("scope=repository%3Apublic%2Fgreet%3Apull")
-            || path.contains("scope=repository%3Apublic%2Fgreet%3Apull&")),
+        asked.iter().any(
+            |path| path.ends_with("scope=repository%3Apublic%2Fgreet%3Apull")
+                || path.contains("scope=repository%3Apublic%2Fgreet%3Apull&")
+        ),
         "{asked:?}"
     );
-    assert!(asked.iter().all(|path| path.contains("service=hako-test-registry")), "{asked:?}");
+    assert!(
+        asked
+            .iter()
+            .all(|path| path.contains("service=hako-test-registry")),
+        "{asked:?}"
+    );
 }
