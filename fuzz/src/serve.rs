@@ -89,7 +89,7 @@ impl StdioServer {
             .put(&package, &tools, &[])
             .expect("the package is stored");
         let execution = Execution {
-            admission: Admission::new(1),
+            admission: Admission::new(1, 1),
             threads: Arc::new(CallThreads::new(1, 1 << 20)),
             permits: RunPermits::new(1),
         };

@@ -72,6 +72,11 @@ pub struct ServeArgs {
     /// Retry-After (default: 1024; at most 16384).
     #[arg(long, value_name = "N")]
     max_calls: Option<usize>,
+    /// Calls in flight of one package; beyond, 503 with Retry-After while the rest of
+    /// --max-calls stays open to the other packages (default: three quarters of --max-calls, at
+    /// least 1; at most --max-calls).
+    #[arg(long, value_name = "N")]
+    max_calls_per_package: Option<usize>,
     /// Instances made ahead of their calls, held at most at once: after a call's answer is
     /// sent, its thread instantiates the module it ran for its next call (no guest code runs
     /// in it until that call), while fewer than N are held; a call of another module or other
@@ -225,6 +230,13 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, Failure> {
     if let Some(calls) = args.max_calls {
         config.max_calls = count_in("--max-calls", calls, MAX_CALLS)?;
     }
+    if let Some(calls) = args.max_calls_per_package {
+        config.max_calls_per_package = Some(count_in(
+            "--max-calls-per-package",
+            calls,
+            config.max_calls,
+        )?);
+    }
     if let Some(threads) = args.http_threads {
         config.http_threads = count_in("--http-threads", threads, MAX_THREADS)?;
     }
@@ -308,7 +320,7 @@ fn failure(err: ServeError) -> Failure {
 }
 
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
-    let config = config(&args)?;
+    let mut config = config(&args)?;
     let Some(package) = &args.stdio else {
         let store = match &config.follow {
             Some(follow) => format!(
@@ -373,5 +385,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     if config.follow.is_none() {
         super::stored(&super::open_store(Some(&config.store))?, &name)?;
     }
+    // One package served: its share is every call in flight, unless the operator said less.
+    config.max_calls_per_package.get_or_insert(config.max_calls);
     serve::run_stdio(config, &name).map_err(failure)
 }

@@ -396,10 +396,12 @@ pub async fn call(
         Err(err @ CallError::UnknownTool { .. }) => {
             problem(StatusCode::NOT_FOUND, &err.to_string())
         }
-        Err(err @ (CallError::Busy | CallError::Closing)) => response::busy(
-            "application/json",
-            json!({"error": err.to_string()}).to_string(),
-        ),
+        Err(err @ (CallError::Busy | CallError::PackageBusy { .. } | CallError::Closing)) => {
+            response::busy(
+                "application/json",
+                json!({"error": err.to_string()}).to_string(),
+            )
+        }
         Err(err) => response::internal(&err),
     }
 }

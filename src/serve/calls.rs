@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use hako_engine_api::Module;
 
 use super::access::{Origin, Record};
-use super::admission::{Admission, Admitted};
+use super::admission::{Admission, Admitted, Full};
 use super::current::{Changes, CurrentWatch};
 use super::metrics::{Metrics, PackageCounters};
 use super::permits::{CallPermit, PackageLine, Place, RunPermits, Start};
@@ -82,6 +82,11 @@ pub enum CallError {
     UnknownTool { package: String, tool: String },
     #[error("the server is at its bound of calls in flight")]
     Busy,
+    #[error(
+        "{package} holds its share of the calls in flight ({share}, hako serve \
+         --max-calls-per-package); the rest stay open to other packages"
+    )]
+    PackageBusy { package: String, share: u64 },
     #[error("the server is shutting down")]
     Closing,
     #[error("the package's network policy: {0}")]
@@ -318,9 +323,19 @@ impl Calls {
         if self.execution.threads.is_closed() {
             return Err(CallError::Closing);
         }
-        let Some(admitted) = self.execution.admission.admit() else {
-            self.metrics.rejected();
-            return Err(CallError::Busy);
+        let admission = &self.execution.admission;
+        let admitted = match admission.admit(&package.counters.in_flight) {
+            Ok(admitted) => admitted,
+            Err(full) => {
+                self.metrics.rejected();
+                return Err(match full {
+                    Full::Server => CallError::Busy,
+                    Full::Package => CallError::PackageBusy {
+                        package: package.name().to_string(),
+                        share: admission.share(),
+                    },
+                });
+            }
         };
         let permit = self.execution.permits.for_call_in(&package.line);
         // Counted before it starts: its thread may finish it before `submit` returns.

@@ -34,6 +34,9 @@ pub struct ServeConfig {
     pub workers: usize,
     /// Calls in flight, every package together: admitted and not yet done; beyond, 503.
     pub max_calls: usize,
+    /// Calls in flight of one package; beyond, 503 while the rest of `max_calls` stays open to
+    /// the others. `None`: three quarters of `max_calls`.
+    pub max_calls_per_package: Option<usize>,
     /// Threads of the front end (connections, parsing, answers), beside the call threads.
     pub http_threads: usize,
     /// The most instances made ahead of their calls held at once: each call thread, after a
@@ -93,6 +96,7 @@ impl ServeConfig {
             engine: EngineConfig::DEFAULT,
             workers: cores,
             max_calls: DEFAULT_MAX_CALLS,
+            max_calls_per_package: None,
             http_threads: cores,
             ready_instances: 0,
             inline: true,

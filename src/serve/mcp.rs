@@ -415,11 +415,13 @@ fn tools_call(
             stateless,
             receiver,
         }),
-        Err(err @ (CallError::Busy | CallError::Closing)) => Dispatch::Busy(error(
-            &id,
-            code::SERVER_BUSY,
-            &format!("{err}; try again shortly"),
-        )),
+        Err(err @ (CallError::Busy | CallError::PackageBusy { .. } | CallError::Closing)) => {
+            Dispatch::Busy(error(
+                &id,
+                code::SERVER_BUSY,
+                &format!("{err}; try again shortly"),
+            ))
+        }
         Err(err @ CallError::UnknownTool { .. }) => {
             Dispatch::Answer(error(&id, code::INVALID_PARAMS, &err.to_string()))
         }

@@ -67,6 +67,8 @@ fn kind_index(kind: CrashKind) -> usize {
 /// One package's counters (a served version holds its package's, looked up once).
 #[derive(Default)]
 pub struct PackageCounters {
+    /// Its calls in flight (admitted, not yet let go), against its share of the bound.
+    pub in_flight: Arc<AtomicU64>,
     ok: AtomicU64,
     is_error: AtomicU64,
     crashed: AtomicU64,

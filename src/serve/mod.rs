@@ -115,7 +115,13 @@ fn calls(config: &ServeConfig) -> Result<Arc<Calls>, ServeError> {
         None => Policy::empty(),
     };
     let execution = Execution {
-        admission: Admission::new(config.max_calls as u64),
+        admission: Admission::new(
+            config.max_calls as u64,
+            config.max_calls_per_package.map_or_else(
+                || admission::default_share(config.max_calls as u64),
+                |share| share as u64,
+            ),
+        ),
         threads: Arc::new(CallThreads::new(config.workers, GUEST_STACK_BYTES)),
         permits: RunPermits::new(config.workers),
     };

@@ -737,3 +737,45 @@ fn an_anonymous_pull_and_push_answer_a_bearer_challenge_with_a_token_from_the_re
         "{asked:?}"
     );
 }
+
+#[test]
+fn bench_and_run_take_a_reference_as_they_take_a_folder() {
+    let registry = TestRegistry::plain();
+    let store = tempfile::tempdir().unwrap();
+    let folder = support::greet_package_dir();
+    let reference = registry.reference("greet:bench");
+    push(&registry, store.path(), &folder, &reference);
+
+    let bench = registry
+        .hako(store.path())
+        .args(["bench", &reference, "--args", r#"{"name":"Ada"}"#])
+        .args([
+            "--iterations",
+            "2",
+            "--engines",
+            "wasmer-cranelift",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_str(&succeeded("bench", &bench)).unwrap();
+    assert_eq!(report["run"]["package"], "greet", "{report}");
+    assert_eq!(report["results"][0]["failure"], Value::Null, "{report}");
+
+    // `hako run` of the pulled package behaves as of the folder: its module, its stdio.
+    let run = |target: &str| {
+        registry
+            .hako(store.path())
+            .args(["run", "--store", support::arg(store.path()), target])
+            .output()
+            .unwrap()
+    };
+    let (pulled, local) = (run(&reference), run(support::arg(&folder)));
+    assert_eq!(
+        pulled.status.code(),
+        local.status.code(),
+        "{}",
+        text(&pulled.stderr)
+    );
+    assert_eq!(pulled.stdout, local.stdout);
+}

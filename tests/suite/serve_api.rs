@@ -733,10 +733,20 @@ fn zero_permits_front_end_threads_or_calls_is_a_usage_error_that_names_the_flag(
 #[test]
 fn beyond_the_calls_in_flight_calls_get_503_and_every_admitted_call_is_answered() {
     let store = serve_support::store();
-    // One front-end thread: it still answers while the calls sleep.
+    // One front-end thread: it still answers while the calls sleep. One package may hold
+    // every call in flight here, so that the bound seen is the whole server's.
     let server = Server::start(
         store.path(),
-        &["--workers", "1", "--max-calls", "2", "--http-threads", "1"],
+        &[
+            "--workers",
+            "1",
+            "--max-calls",
+            "2",
+            "--max-calls-per-package",
+            "2",
+            "--http-threads",
+            "1",
+        ],
     );
     let send = || serve_support::send(server.addr, "fixture", sleep_call(600));
     let sleeping = [send(), send()];
@@ -760,6 +770,55 @@ fn beyond_the_calls_in_flight_calls_get_503_and_every_admitted_call_is_answered(
         assert_eq!(reply.json()["outcome"], "ok");
     }
     assert_eq!(server.metric("hako_calls_rejected_total"), 2.0);
+}
+
+#[test]
+fn one_package_holds_at_most_its_share_of_the_calls_in_flight_and_the_others_get_the_rest() {
+    let store = serve_support::store();
+    // Four calls in flight; one package's share, by default, three of them.
+    let server = Server::start(store.path(), &["--max-calls", "4", "--http-threads", "1"]);
+    let send = || serve_support::send(server.addr, "fixture", sleep_call(20_000));
+    let _sleeping: Vec<_> = (0..3).map(|_| send()).collect();
+    server.wait_until("three calls of the fixture sleep", |s| {
+        s.metric("hako_calls_waiting") == 3.0
+    });
+    let fourth = server.post_json("/v1/packages/fixture/call", &sleep_call(20_000));
+    assert_eq!(fourth.status, 503, "{}", fourth.text());
+    assert_eq!(fourth.header("retry-after"), Some("1"));
+    // Another package is answered meanwhile, through both doors.
+    let greet = server.post_json(
+        "/v1/packages/greet/call",
+        &json!({"tool": "greet", "arguments": {"name": "B"}}),
+    );
+    assert_eq!(greet.status, 200, "{}", greet.text());
+    assert_eq!(greet.json()["outcome"], "ok");
+    let mcp = server.post_json(
+        "/mcp/greet",
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "greet", "arguments": {"name": "B"}}}),
+    );
+    assert_eq!(mcp.status, 200, "{}", mcp.text());
+    let fifth = server.post_json("/v1/packages/fixture/call", &sleep_call(1));
+    assert_eq!(fifth.status, 503, "{}", fifth.text());
+    assert_eq!(fifth.header("retry-after"), Some("1"));
+    assert_eq!(server.metric("hako_calls_in_flight"), 3.0);
+    assert_eq!(server.metric("hako_calls_rejected_total"), 2.0);
+}
+
+#[test]
+fn a_share_past_the_calls_in_flight_is_a_usage_error() {
+    let store = tempfile::tempdir().unwrap();
+    let output = serve_support::hako()
+        .args(["serve", "--store"])
+        .arg(store.path())
+        .args(["--max-calls", "4", "--max-calls-per-package", "5"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--max-calls-per-package must be at least 1 and at most 4"),
+        "{stderr}"
+    );
 }
 
 #[test]
