@@ -792,11 +792,15 @@ fn one_package_holds_at_most_its_share_of_the_calls_in_flight_and_the_others_get
     );
     assert_eq!(greet.status, 200, "{}", greet.text());
     assert_eq!(greet.json()["outcome"], "ok");
+    // A call counts until its instance is given back, which may follow its answer.
+    let settled = |s: &Server| s.metric("hako_calls_in_flight") == 3.0;
+    server.wait_until("greet's call is let go", settled);
     let mcp = server.post_json(
         "/mcp/greet",
         &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "greet", "arguments": {"name": "B"}}}),
     );
     assert_eq!(mcp.status, 200, "{}", mcp.text());
+    server.wait_until("greet's second call is let go", settled);
     let fifth = server.post_json("/v1/packages/fixture/call", &sleep_call(1));
     assert_eq!(fifth.status, 503, "{}", fifth.text());
     assert_eq!(fifth.header("retry-after"), Some("1"));
