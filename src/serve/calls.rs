@@ -214,6 +214,21 @@ impl Calls {
         &self.store
     }
 
+    /// The admission's gauge in the Prometheus text form: what the bound on calls in flight
+    /// counts (a call until its instance is given back, which may follow its answer).
+    pub fn render_admission(&self) -> String {
+        let admission = &self.execution.admission;
+        format!(
+            "# HELP hako_calls_held Calls holding a place of --max-calls (at most {}; one \
+             package at most {}): admitted, and not yet let go of their instance.\n\
+             # TYPE hako_calls_held gauge\n\
+             hako_calls_held {}\n",
+            admission.max(),
+            admission.share(),
+            admission.admitted()
+        )
+    }
+
     /// The loaded-module cache's gauges in the Prometheus text form: modules kept, and what
     /// they weigh together.
     pub fn render_module_cache(&self) -> String {

@@ -114,6 +114,7 @@ pub async fn route(
         }
         (&Method::GET, ["metrics"]) => {
             let mut text = server.calls.metrics.render();
+            text.push_str(&server.calls.render_admission());
             text.push_str(&server.calls.render_module_cache());
             if let Some(follower) = &server.follower {
                 text.push_str(&follower.render(&server.calls.metrics));

@@ -782,6 +782,7 @@ fn one_package_holds_at_most_its_share_of_the_calls_in_flight_and_the_others_get
     server.wait_until("three calls of the fixture sleep", |s| {
         s.metric("hako_calls_waiting") == 3.0
     });
+    assert_eq!(server.metric("hako_calls_held"), 3.0);
     let fourth = server.post_json("/v1/packages/fixture/call", &sleep_call(20_000));
     assert_eq!(fourth.status, 503, "{}", fourth.text());
     assert_eq!(fourth.header("retry-after"), Some("1"));
@@ -792,8 +793,8 @@ fn one_package_holds_at_most_its_share_of_the_calls_in_flight_and_the_others_get
     );
     assert_eq!(greet.status, 200, "{}", greet.text());
     assert_eq!(greet.json()["outcome"], "ok");
-    // A call counts until its instance is given back, which may follow its answer.
-    let settled = |s: &Server| s.metric("hako_calls_in_flight") == 3.0;
+    // A call holds its place until its instance is given back, which may follow its answer.
+    let settled = |s: &Server| s.metric("hako_calls_held") == 3.0;
     server.wait_until("greet's call is let go", settled);
     let mcp = server.post_json(
         "/mcp/greet",
