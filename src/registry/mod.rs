@@ -178,7 +178,7 @@ impl RegistryError {
     }
 }
 
-/// [`load`] from a command: its own runtime, the client made from `options`.
+/// [`fetch`] and [`Fetched::check`] from a command: its own runtime, the client made from `options`.
 pub fn load_blocking(text: &str, options: &Options, work: &Path) -> Result<Package, LoadError> {
     let reference = Reference::parse(text).map_err(|reason| {
         LoadError::Refused(package::Refusal {

@@ -18,7 +18,7 @@
 //! pulled by, so a signature over any other manifest fails. [`Signer`] says who signed, for
 //! the store to keep with the version.
 //!
-//! This module reads and verifies bundles (in [`verifier`], the build's `sigstore` feature);
+//! This module reads and verifies bundles (in `verifier`, with the build's `sigstore` feature);
 //! [`super::referrers`] finds them in a registry.
 
 use std::path::PathBuf;
