@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::Failure;
 use crate::registry::signature::{SigningKey, Trust};
-use crate::registry::{self, Names, Options, RegistryError};
+use crate::registry::{self, Credentials, Names, Options, RegistryError};
 
 /// How registries are reached: `--registry-auth`, `--insecure-registry`, `--registry-ca`
 /// (`hako serve` takes these for uploads by reference).
@@ -65,8 +65,10 @@ impl ReachArgs {
             .transpose()
             .map_err(|err| Failure::Usage(err.to_string()))?
             .map(Arc::new);
+        let credentials = Credentials::discover(self.registry_auth.as_deref())
+            .map_err(|err| Failure::Usage(err.to_string()))?;
         Ok(Options {
-            auth_file: self.registry_auth.clone(),
+            credentials,
             insecure: self.insecure.clone(),
             ca_files: self.ca_files.clone(),
             limits: registry::Limits::default(),

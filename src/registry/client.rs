@@ -188,7 +188,7 @@ impl Registry {
         for scheme in &schemes {
             let url = self.url(reference, scheme, path);
             match self
-                .send_url(
+                .send_to(
                     reference,
                     access,
                     method.clone(),
@@ -220,22 +220,10 @@ impl Registry {
         })
     }
 
-    /// Sends a request to `url` (one a registry's answer gave, such as an upload's
-    /// `Location`), with the same credentials, challenge and redirects as [`Registry::send`].
+    /// Sends a request to `url` (below the repository, or one a registry's answer gave, such
+    /// as an upload's `Location`), with credentials, answering one challenge and following
+    /// redirects (for GET and HEAD).
     pub async fn send_to(
-        &self,
-        reference: &Reference,
-        access: Access,
-        method: Method,
-        url: url::Url,
-        headers: &[(header::HeaderName, String)],
-        body: Bytes,
-    ) -> Result<Answer, RegistryError> {
-        self.send_url(reference, access, method, url, headers, body)
-            .await
-    }
-
-    async fn send_url(
         &self,
         reference: &Reference,
         access: Access,
@@ -389,7 +377,7 @@ impl Registry {
             )),
             Ok(Err(error)) => Err(RegistryError::Unreachable {
                 registry: url_registry(url),
-                reason: error_chain(&error),
+                reason: crate::error_chain(&error),
             }),
             Ok(Ok(response)) => Ok(response),
         }
@@ -709,7 +697,7 @@ impl Registry {
                 Some(Err(error)) => {
                     return Err(RegistryError::Unreachable {
                         registry: reference.registry.clone(),
-                        reason: error_chain(&error),
+                        reason: crate::error_chain(&error),
                     })
                 }
                 Some(Ok(frame)) => {
@@ -743,16 +731,15 @@ impl Registry {
             .ok()
             .and_then(|value| {
                 let error = value.get("errors")?.get(0)?;
+                let code = error.get("code")?.as_str().unwrap_or_default();
+                let message = error.get("message").and_then(|m| m.as_str());
+                // The registry's words, clipped and escaped: they are a stranger's text.
                 Some(format!(
-                    ": {} {}",
-                    error.get("code")?.as_str().unwrap_or_default(),
-                    error
-                        .get("message")
-                        .and_then(|m| m.as_str())
-                        .unwrap_or_default()
+                    ": {:?} {:?}",
+                    crate::clip(code, 40),
+                    crate::clip(message.unwrap_or_default(), 160)
                 ))
             })
-            .map(|said| crate::clip(&said, 200))
             .unwrap_or_default();
         let rule = if status == StatusCode::NOT_FOUND {
             "oci.not_found"
@@ -810,18 +797,6 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
         .ok()?
         .parse()
         .ok()
-}
-
-/// An error with its causes, for a message.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -145,7 +145,7 @@ pub fn read(
         let shown = if media_type.is_empty() {
             "one that names no media type".to_string()
         } else {
-            format!("`{}`", crate::clip(&media_type, 100))
+            format!("{:?}", crate::clip(&media_type, 100))
         };
         return Err(refused(
             "oci.manifest_type",
@@ -200,7 +200,7 @@ pub fn read(
                         return Err(refused(
                             "oci.layers",
                             format!(
-                                "the package lists two `{}` layers; it has one",
+                                "the package lists two {:?} layers; it has one",
                                 layer.media_type
                             ),
                         ))
@@ -236,7 +236,7 @@ pub fn read(
         other => Err(refused(
             "oci.manifest_type",
             format!(
-                "the image's config is `{}`: not a hako package ({PACKAGE_CONFIG}) or a Wasm \
+                "the image's config is {:?}: not a hako package ({PACKAGE_CONFIG}) or a Wasm \
                  module ({WASM_CONFIG})",
                 crate::clip(other, 100)
             ),
@@ -248,7 +248,7 @@ fn unexpected_layer(media_type: &str) -> RegistryError {
     RegistryError::refused(
         "oci.layers",
         format!(
-            "a layer is `{}`; a package has `{MODULE_LAYER}` and `{ASSETS_LAYER}` layers only",
+            "a layer is {:?}; a package has `{MODULE_LAYER}` and `{ASSETS_LAYER}` layers only",
             crate::clip(media_type, 100)
         ),
     )

@@ -1,7 +1,7 @@
 //! Packages from OCI registries: `oci://REGISTRY/REPOSITORY:TAG` (or `@sha256:…`) wherever a
 //! command takes a package, and `hako push`.
 //!
-//! - [`reference`] parses what an `oci://` argument names;
+//! - [`reference`](mod@reference) parses what an `oci://` argument names;
 //! - [`auth`] reads credentials (docker's `config.json`) and the challenges that ask for them;
 //! - [`client`] speaks HTTP to a registry, every read bounded in bytes and time;
 //! - [`layout`] says how a package sits in an image manifest, and which manifests are read;
@@ -44,8 +44,6 @@ pub enum RegistryError {
     /// The client could not be set up (trust roots, TLS).
     #[error("{0}")]
     Setup(String),
-    #[error(transparent)]
-    Credentials(#[from] auth::CredentialsError),
 }
 
 fn joined(problems: &[Problem]) -> String {
@@ -64,8 +62,8 @@ impl RegistryError {
 /// How a command reaches registries: its flags.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// The credentials file (`--registry-auth`); else the usual places ([`Credentials::discover`]).
-    pub auth_file: Option<PathBuf>,
+    /// The logins, read once from the credentials file ([`Credentials::discover`]).
+    pub credentials: Credentials,
     /// Hosts that may be reached over plain HTTP besides loopback ones.
     pub insecure: Vec<String>,
     /// PEM files of CAs trusted beside the system's roots (`--registry-ca`).
@@ -80,9 +78,8 @@ pub struct Options {
 impl Options {
     /// A client over these options. Must be called inside a tokio runtime.
     pub fn registry(&self) -> Result<Registry, RegistryError> {
-        let credentials = Credentials::discover(self.auth_file.as_deref())?;
         Registry::new(
-            credentials,
+            self.credentials.clone(),
             self.insecure.clone(),
             &self.ca_files,
             self.limits,
@@ -108,8 +105,9 @@ pub struct Fetched {
     reference: Reference,
 }
 
-/// Pulls `reference` below `work` (a store's staging folder, or the system's temporary one):
-/// only network and file writes, for a runtime's thread. [`Fetched::check`] does the rest.
+/// Pulls `reference` below `work` (a store's staging folder, or the system's temporary one),
+/// the whole pull within the limits' time: only network and file writes, for a runtime's
+/// thread. [`Fetched::check`] does the rest.
 pub async fn fetch(
     registry: &Registry,
     reference: &Reference,
@@ -127,16 +125,27 @@ pub async fn fetch(
     let folder = temp.path().join("package");
     std::fs::create_dir(&folder).map_err(io)?;
     let trust = options.trust.as_deref();
-    let pulled = pull::pull_into(
+    let pull = pull::pull_into(
         registry,
         reference,
         &options.names,
         trust,
         &folder,
         temp.path(),
-    )
-    .await
-    .map_err(|error| error.into_load_error(reference))?;
+    );
+    let timeout = registry.limits.pull_timeout;
+    let pulled = tokio::time::timeout(timeout, pull)
+        .await
+        .unwrap_or_else(|_| {
+            Err(RegistryError::refused(
+                "oci.timeout",
+                format!(
+                    "{reference}: the pull took longer than {} s",
+                    timeout.as_secs()
+                ),
+            ))
+        })
+        .map_err(|error| error.into_load_error(reference))?;
     Ok(Fetched {
         temp,
         folder,

@@ -46,7 +46,9 @@ pub struct Pulled {
 }
 
 /// Pulls `reference` into `folder` (empty): the package's files in their places, and the layer
-/// of its assets, packed, in `scratch` (beside `folder`, on the same disk).
+/// of its assets, packed, in `scratch` (beside `folder`, on the same disk). Each read is
+/// bounded by the limits; the whole pull's time is its caller's to bound
+/// ([`super::fetch`]).
 pub async fn pull_into(
     registry: &Registry,
     reference: &Reference,
@@ -56,33 +58,16 @@ pub async fn pull_into(
     scratch: &Path,
 ) -> Result<Pulled, RegistryError> {
     let limits = registry.limits;
-    match tokio::time::timeout(
-        limits.pull_timeout,
-        pull_within(registry, reference, names, trust, folder, scratch),
-    )
-    .await
-    {
-        Ok(pulled) => pulled,
-        Err(_) => Err(RegistryError::refused(
-            "oci.timeout",
-            format!(
-                "{reference}: the pull took longer than {} s",
-                limits.pull_timeout.as_secs()
-            ),
-        )),
-    }
-}
-
-async fn pull_within(
-    registry: &Registry,
-    reference: &Reference,
-    names: &Names,
-    trust: Option<&Trust>,
-    folder: &Path,
-    scratch: &Path,
-) -> Result<Pulled, RegistryError> {
-    let limits = registry.limits;
-    let (bytes, content_type) = manifest(registry, reference).await?;
+    let (bytes, content_type) = registry
+        .get_whole(
+            reference,
+            &format!("manifests/{}", reference.manifest_key()),
+            Some(&layout::ACCEPTED.join(", ")),
+            limits.max_manifest_bytes,
+            "oci.manifest_size",
+            "reading the manifest",
+        )
+        .await?;
     let digest = Digest::of(&bytes);
     if let Some(asked) = &reference.digest {
         if *asked != digest {
@@ -217,23 +202,6 @@ pub fn unpack_assets(layer: &Path, folder: &Path) -> Result<(), RegistryError> {
             path.display()
         )),
     })
-}
-
-/// The manifest's bytes and content type.
-async fn manifest(
-    registry: &Registry,
-    reference: &Reference,
-) -> Result<(Bytes, Option<String>), RegistryError> {
-    registry
-        .get_whole(
-            reference,
-            &format!("manifests/{}", reference.manifest_key()),
-            Some(&layout::ACCEPTED.join(", ")),
-            registry.limits.max_manifest_bytes,
-            "oci.manifest_size",
-            "reading the manifest",
-        )
-        .await
 }
 
 /// One blob into the file at `path`, by its digest.

@@ -80,25 +80,16 @@ pub async fn push(
             })?),
             None => None,
         };
-    let digest = put_manifest(registry, reference, body).await?;
+    let digest = put_manifest(registry, reference, IMAGE_MANIFEST, body).await?;
     if let Some(bundle) = bundle {
         super::referrers::attach(registry, reference, &subject, &bundle).await?;
     }
     Ok(digest)
 }
 
-/// Puts an image manifest's bytes under the reference's tag (or digest); the manifest's digest.
-pub async fn put_manifest(
-    registry: &Registry,
-    reference: &Reference,
-    body: Bytes,
-) -> Result<Digest, RegistryError> {
-    put_manifest_of(registry, reference, IMAGE_MANIFEST, body).await
-}
-
 /// Puts a manifest of `media_type` (an image manifest or an index) under the reference's tag
 /// (or digest); its digest.
-pub async fn put_manifest_of(
+pub async fn put_manifest(
     registry: &Registry,
     reference: &Reference,
     media_type: &str,

@@ -17,6 +17,7 @@ use http::{header, Method, StatusCode};
 
 use super::client::{Access, Registry};
 use super::layout::{Descriptor, ImageManifest, IMAGE_INDEX, IMAGE_MANIFEST};
+use super::push::{put_manifest, upload_blob};
 use super::reference::{Digest, Reference};
 use super::signature::MAX_BUNDLE_BYTES;
 use super::RegistryError;
@@ -55,14 +56,25 @@ fn fallback_tag(digest: &Digest) -> String {
     format!("sha256-{}", digest.hex())
 }
 
+/// Where a manifest's referrers are listed.
+enum Listed {
+    /// By the registry's referrers API, which lists new ones itself.
+    Api(Index),
+    /// Under the fallback tag.
+    Tag(Index),
+    /// Nowhere yet.
+    None,
+}
+
 /// The bundles that refer to `digest` in `reference`'s repository (up to [`MAX_REFERRERS`]).
 pub async fn bundles(
     registry: &Registry,
     reference: &Reference,
     digest: &Digest,
 ) -> Result<Vec<Found>, RegistryError> {
-    let Some(index) = index(registry, reference, digest).await? else {
-        return Ok(Vec::new());
+    let index = match index(registry, reference, digest).await? {
+        Listed::Api(index) | Listed::Tag(index) => index,
+        Listed::None => return Ok(Vec::new()),
     };
     let mut found = Vec::new();
     for descriptor in index
@@ -81,7 +93,7 @@ async fn index(
     registry: &Registry,
     reference: &Reference,
     digest: &Digest,
-) -> Result<Option<Index>, RegistryError> {
+) -> Result<Listed, RegistryError> {
     let accept = [(header::ACCEPT, IMAGE_INDEX.to_string())];
     let api = registry
         .send(
@@ -93,7 +105,8 @@ async fn index(
             Bytes::new(),
         )
         .await?;
-    let answer = if api.response.status().is_success() {
+    let from_api = api.response.status().is_success();
+    let answer = if from_api {
         api
     } else {
         let tag = registry
@@ -107,7 +120,7 @@ async fn index(
             )
             .await?;
         if tag.response.status() == StatusCode::NOT_FOUND {
-            return Ok(None);
+            return Ok(Listed::None);
         }
         if !tag.response.status().is_success() {
             return Err(registry
@@ -120,11 +133,16 @@ async fn index(
     let bytes = registry
         .read_bounded(answer.response, limit, "oci.signature", reference)
         .await?;
-    serde_json::from_slice(&bytes).map(Some).map_err(|error| {
+    let index = serde_json::from_slice(&bytes).map_err(|error| {
         RegistryError::refused(
             "oci.signature",
             format!("{reference}: the signatures' index is not an OCI image index: {error}"),
         )
+    })?;
+    Ok(if from_api {
+        Listed::Api(index)
+    } else {
+        Listed::Tag(index)
     })
 }
 
@@ -158,10 +176,14 @@ async fn bundle(
     match &manifest.subject {
         Some(subject) if subject.digest == digest.as_str() => {}
         Some(subject) => {
+            // A digest as such, anything else as a stranger's text.
+            let signed = Digest::parse(&subject.digest).map_or_else(
+                |_| format!("{:?}", crate::clip(&subject.digest, 80)),
+                |digest| digest.to_string(),
+            );
             return Ok(Found::NotOurs(format!(
-                "the bundle in {referrer} signs {}, not {digest}",
-                crate::clip(&subject.digest, 80)
-            )))
+                "the bundle in {referrer} signs {signed}, not {digest}"
+            )));
         }
         None => {
             return Ok(Found::NotOurs(format!(
@@ -211,8 +233,8 @@ pub async fn attach(
     let empty = b"{}";
     let config = Descriptor::of(EMPTY_CONFIG, empty);
     let layer = Descriptor::of(BUNDLE_ARTIFACT, bundle);
-    super::push::upload_blob(registry, reference, &config, Bytes::from_static(empty)).await?;
-    super::push::upload_blob(registry, reference, &layer, Bytes::copy_from_slice(bundle)).await?;
+    upload_blob(registry, reference, &config, Bytes::from_static(empty)).await?;
+    upload_blob(registry, reference, &layer, Bytes::copy_from_slice(bundle)).await?;
     let manifest = ImageManifest {
         schema_version: 2,
         media_type: Some(IMAGE_MANIFEST.to_string()),
@@ -223,65 +245,34 @@ pub async fn attach(
         annotations: Default::default(),
     };
     let body = Bytes::from(serde_json::to_vec(&manifest).expect("a manifest serialises"));
-    let digest = Digest::of(&body);
-    let size = body.len() as u64;
-    let at_digest = reference.at(digest.clone());
-    let answer = registry
-        .send(
-            &at_digest,
-            Access::Push,
-            Method::PUT,
-            &format!("manifests/{digest}"),
-            &[(header::CONTENT_TYPE, IMAGE_MANIFEST.to_string())],
-            body,
-        )
-        .await?;
-    if !answer.response.status().is_success() {
-        return Err(registry
-            .unexpected(answer, reference, "putting the signature")
-            .await);
-    }
-    // A registry with the referrers API indexes the subject itself, and says so.
-    let indexed = answer.response.headers().contains_key("oci-subject");
-    if indexed {
-        return Ok(digest);
-    }
+    let entry = Descriptor {
+        artifact_type: Some(BUNDLE_ARTIFACT.to_string()),
+        ..Descriptor::of(IMAGE_MANIFEST, &body)
+    };
+    let at_digest = reference.at(Digest::of(&body));
+    let digest = put_manifest(registry, &at_digest, IMAGE_MANIFEST, body).await?;
     let subject_digest = Digest::parse(&subject.digest)
         .map_err(|reason| RegistryError::refused("oci.reference", reason))?;
-    let mut index = index(registry, reference, &subject_digest)
-        .await?
-        .unwrap_or(Index {
+    let mut index = match index(registry, reference, &subject_digest).await? {
+        // A registry with the referrers API lists the new referrer itself.
+        Listed::Api(_) => return Ok(digest),
+        Listed::Tag(index) => index,
+        Listed::None => Index {
             schema_version: 2,
-            media_type: Some(IMAGE_INDEX.to_string()),
+            media_type: None,
             manifests: Vec::new(),
-        });
-    index.media_type = Some(IMAGE_INDEX.to_string());
-    let mut entry = Descriptor {
-        media_type: IMAGE_MANIFEST.to_string(),
-        digest: digest.to_string(),
-        size,
-        artifact_type: Some(BUNDLE_ARTIFACT.to_string()),
-        annotations: Default::default(),
+        },
     };
-    entry.annotations.clear();
+    index.media_type = Some(IMAGE_INDEX.to_string());
     if !index.manifests.iter().any(|m| m.digest == entry.digest) {
         index.manifests.push(entry);
     }
     let body = Bytes::from(serde_json::to_vec(&index).expect("an index serialises"));
-    let answer = registry
-        .send(
-            reference,
-            Access::Push,
-            Method::PUT,
-            &format!("manifests/{}", fallback_tag(&subject_digest)),
-            &[(header::CONTENT_TYPE, IMAGE_INDEX.to_string())],
-            body,
-        )
-        .await?;
-    if !answer.response.status().is_success() {
-        return Err(registry
-            .unexpected(answer, reference, "putting the signatures' fallback tag")
-            .await);
-    }
+    let at_tag = Reference {
+        tag: Some(fallback_tag(&subject_digest)),
+        digest: None,
+        ..reference.clone()
+    };
+    put_manifest(registry, &at_tag, IMAGE_INDEX, body).await?;
     Ok(digest)
 }

@@ -270,7 +270,7 @@ fn push_module_only(reference: &str, module: &[u8]) {
                 .unwrap();
         }
         let body = serde_json::to_vec(&manifest).unwrap();
-        hako::registry::push::put_manifest(&client, &reference, body.into())
+        hako::registry::push::put_manifest(&client, &reference, IMAGE_MANIFEST, body.into())
             .await
             .unwrap();
     });
@@ -579,7 +579,7 @@ fn a_signature_of_another_manifest_listed_for_this_one_is_refused() {
         .unwrap();
     runtime.block_on(async {
         let client = hako::registry::Options::default().registry().unwrap();
-        hako::registry::push::put_manifest_of(
+        hako::registry::push::put_manifest(
             &client,
             &reference,
             hako::registry::layout::IMAGE_INDEX,
