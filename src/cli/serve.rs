@@ -320,7 +320,7 @@ fn failure(err: ServeError) -> Failure {
 }
 
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
-    let mut config = config(&args)?;
+    let config = config(&args)?;
     let Some(package) = &args.stdio else {
         let store = match &config.follow {
             Some(follow) => format!(
@@ -385,7 +385,5 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     if config.follow.is_none() {
         super::stored(&super::open_store(Some(&config.store))?, &name)?;
     }
-    // One package served: its share is every call in flight, unless the operator said less.
-    config.max_calls_per_package.get_or_insert(config.max_calls);
     serve::run_stdio(config, &name).map_err(failure)
 }

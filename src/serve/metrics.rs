@@ -287,7 +287,7 @@ impl Metrics {
             ));
         }
         line(
-            "# HELP hako_calls_rejected_total Calls refused with 503 at the bound on calls in flight (--max-calls)."
+            "# HELP hako_calls_rejected_total Calls refused with 503 at the bound on calls in flight (--max-calls) or at their package's share of it (--max-calls-per-package)."
                 .into(),
         );
         line("# TYPE hako_calls_rejected_total counter".into());

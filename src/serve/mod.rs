@@ -289,8 +289,11 @@ pub fn run_http(config: ServeConfig, ready: impl FnOnce(SocketAddr)) -> Result<(
 }
 
 /// Serves the stored package `name` over stdin and stdout until end of input (or SIGTERM /
-/// SIGINT), then finishes the accepted calls.
-pub fn run_stdio(config: ServeConfig, name: &str) -> Result<(), ServeError> {
+/// SIGINT), then finishes the accepted calls. The one package served may hold every call in
+/// flight unless `config` gives it a share.
+pub fn run_stdio(mut config: ServeConfig, name: &str) -> Result<(), ServeError> {
+    // One package served: its share is every call in flight, unless the operator said less.
+    config.max_calls_per_package.get_or_insert(config.max_calls);
     share_descriptors(&config, false);
     let calls = calls(&config)?;
     let runtime = runtime(config.http_threads)?;
