@@ -90,8 +90,7 @@ pub async fn pull_into(
         None => None,
     };
     let mut budget = limits.max_pull_bytes;
-    let mut assets_layer = None;
-    match layout {
+    let (module, assets) = match layout {
         Layout::Package {
             config,
             module,
@@ -106,27 +105,9 @@ pub async fn pull_into(
                     ),
                 ));
             }
-            fetch(
-                registry,
-                &pinned,
-                &config,
-                &folder.join(MANIFEST_FILE),
-                &mut budget,
-            )
-            .await?;
-            fetch(
-                registry,
-                &pinned,
-                &module,
-                &folder.join(MODULE_FILE),
-                &mut budget,
-            )
-            .await?;
-            if let Some(assets) = assets {
-                let layer = scratch.join("assets.tar.gz");
-                fetch(registry, &pinned, &assets, &layer, &mut budget).await?;
-                assets_layer = Some(layer);
-            }
+            let manifest = folder.join(MANIFEST_FILE);
+            fetch(registry, &pinned, &config, &manifest, &mut budget).await?;
+            (module, assets)
         }
         Layout::ModuleOnly { module } => {
             let (Some(name), Some(version)) = (&names.name, &names.version) else {
@@ -142,16 +123,25 @@ pub async fn pull_into(
             let manifest = serde_json::json!({"abi": 1, "name": name, "version": version});
             std::fs::write(folder.join(MANIFEST_FILE), manifest.to_string())
                 .map_err(|error| RegistryError::Io(format!("writing {MANIFEST_FILE}: {error}")))?;
-            fetch(
-                registry,
-                &pinned,
-                &module,
-                &folder.join(MODULE_FILE),
-                &mut budget,
-            )
-            .await?;
+            (module, None)
         }
-    }
+    };
+    fetch(
+        registry,
+        &pinned,
+        &module,
+        &folder.join(MODULE_FILE),
+        &mut budget,
+    )
+    .await?;
+    let assets_layer = match assets {
+        Some(assets) => {
+            let layer = scratch.join("assets.tar.gz");
+            fetch(registry, &pinned, &assets, &layer, &mut budget).await?;
+            Some(layer)
+        }
+        None => None,
+    };
     Ok(Pulled {
         digest,
         signer,
