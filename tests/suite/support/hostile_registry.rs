@@ -17,7 +17,6 @@ use hyper::body::Frame;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 
 /// What the server answers one request with.
 pub enum Reply {
@@ -194,24 +193,7 @@ fn respond(reply: Reply) -> Response<BoxBody<Bytes, Infallible>> {
 
 /// A TLS acceptor for `localhost`, its CA written to `dir/ca.pem`.
 fn acceptor(dir: &Path) -> tokio_rustls::TlsAcceptor {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
-    let leaf_key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()])
-        .unwrap()
-        .signed_by(&leaf_key, &ca)
-        .unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![leaf.der().clone()], key)
-        .unwrap();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    let certificates = super::https::TestCertificates::new(&["localhost"]);
+    std::fs::write(dir.join("ca.pem"), &certificates.ca_pem).unwrap();
+    certificates.acceptor()
 }

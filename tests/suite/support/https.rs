@@ -24,6 +24,57 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::RootCertStore;
 
+/// A test CA, and a server certificate it signed for some names, for the tests' TLS servers.
+pub struct TestCertificates {
+    pub ca_pem: String,
+    pub ca_der: CertificateDer<'static>,
+    pub leaf_pem: String,
+    pub key_pem: String,
+    leaf_der: CertificateDer<'static>,
+    key_der: Vec<u8>,
+}
+
+impl TestCertificates {
+    /// A fresh CA and a certificate for `names` (DNS names) it signed.
+    pub fn new(names: &[&str]) -> TestCertificates {
+        let ca_key = rcgen::KeyPair::generate().expect("a CA key");
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "hako test CA");
+        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).expect("the CA");
+        let leaf_key = rcgen::KeyPair::generate().expect("a server key");
+        let names: Vec<String> = names.iter().map(|name| name.to_string()).collect();
+        let leaf = rcgen::CertificateParams::new(names)
+            .expect("server params")
+            .signed_by(&leaf_key, &ca)
+            .expect("the server certificate");
+        TestCertificates {
+            ca_pem: ca.pem(),
+            ca_der: ca.der().clone(),
+            leaf_pem: leaf.pem(),
+            key_pem: leaf_key.serialize_pem(),
+            leaf_der: leaf.der().clone(),
+            key_der: leaf_key.serialize_der(),
+        }
+    }
+
+    /// A TLS acceptor serving the certificate, HTTP/2 or HTTP/1.1 as ALPN chooses.
+    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_no_client_auth()
+            .with_single_cert(vec![self.leaf_der.clone()], key)
+            .expect("the server's TLS config");
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    }
+}
+
 /// One request as the server received it.
 #[derive(Debug, Clone)]
 pub struct Seen {
@@ -66,33 +117,8 @@ pub struct TestServer {
 impl TestServer {
     /// Starts a server on 127.0.0.1 on a free port.
     pub fn start() -> TestServer {
-        let ca_key = rcgen::KeyPair::generate().expect("a CA key");
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "hako test CA");
-        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).expect("the CA");
-        let leaf_key = rcgen::KeyPair::generate().expect("a server key");
-        let leaf_params = rcgen::CertificateParams::new(vec![
-            "localhost".to_string(),
-            "api.test".to_string(),
-            "other.test".to_string(),
-        ])
-        .expect("server params");
-        let leaf = leaf_params
-            .signed_by(&leaf_key, &ca)
-            .expect("the server certificate");
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("TLS versions")
-            .with_no_client_auth()
-            .with_single_cert(vec![leaf.der().clone()], key)
-            .expect("the server's TLS config");
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let certificates = TestCertificates::new(&["localhost", "api.test", "other.test"]);
+        let acceptor = certificates.acceptor();
 
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -129,8 +155,8 @@ impl TestServer {
         });
         TestServer {
             port,
-            ca_pem: ca.pem(),
-            ca_der: ca.der().clone(),
+            ca_pem: certificates.ca_pem,
+            ca_der: certificates.ca_der,
             record,
             runtime: Some(runtime),
         }

@@ -190,17 +190,10 @@ fn registry_binary() -> &'static str {
 
 /// A server certificate and key for `localhost`, and the CA that signed it, PEM.
 fn certificates() -> (String, String, String) {
-    let ca_key = rcgen::KeyPair::generate().expect("a CA key");
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "hako registry test CA");
-    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).expect("the CA");
-    let leaf_key = rcgen::KeyPair::generate().expect("a server key");
-    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()])
-        .expect("server params")
-        .signed_by(&leaf_key, &ca)
-        .expect("the server certificate");
-    (leaf.pem(), leaf_key.serialize_pem(), ca.pem())
+    let certificates = super::https::TestCertificates::new(&["localhost"]);
+    (
+        certificates.leaf_pem,
+        certificates.key_pem,
+        certificates.ca_pem,
+    )
 }
